@@ -1,0 +1,88 @@
+#include "common/atomic_file.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
+#include "common/error.h"
+
+namespace gradbox {
+namespace {
+
+std::string errno_text() { return std::strerror(errno); }
+
+fs::path unique_temp_path(const fs::path& final_path) {
+  static std::atomic<uint64_t> counter{0};
+  return fs::path(str(final_path.string(), ".tmp.", ::getpid(), ".", counter++));
+}
+
+}  // namespace
+
+AtomicFileWriter::AtomicFileWriter(fs::path final_path)
+    : final_path_(std::move(final_path)), temp_path_(unique_temp_path(final_path_)) {
+  fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw InputError(str(temp_path_.string(), ": cannot create: ", errno_text()));
+}
+
+AtomicFileWriter::~AtomicFileWriter() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!committed_) {
+    std::error_code ignored;
+    fs::remove(temp_path_, ignored);
+  }
+}
+
+void AtomicFileWriter::write(const void* data, size_t size) {
+  GB_CHECK(fd_ >= 0, "write after commit to ", final_path_);
+  const char* p = static_cast<const char*>(data);
+  while (size > 0) {
+    ssize_t n = ::write(fd_, p, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw InputError(str(temp_path_.string(), ": write failed: ", errno_text()));
+    p += n;
+    size -= static_cast<size_t>(n);
+    written_ += static_cast<uint64_t>(n);
+  }
+}
+
+void AtomicFileWriter::commit() {
+  GB_CHECK(fd_ >= 0, "double commit of ", final_path_);
+  int rc;
+  do rc = ::fsync(fd_); while (rc < 0 && errno == EINTR);
+  if (rc < 0) throw InputError(str(temp_path_.string(), ": fsync failed: ", errno_text()));
+  ::close(fd_);
+  fd_ = -1;
+  if (::rename(temp_path_.c_str(), final_path_.c_str()) < 0)
+    throw InputError(str(final_path_.string(), ": rename failed: ", errno_text()));
+  committed_ = true;
+  fsync_dir(final_path_.has_parent_path() ? final_path_.parent_path() : fs::path("."));
+}
+
+void write_file_atomic(const fs::path& path, std::string_view bytes) {
+  AtomicFileWriter writer(path);
+  writer.write(bytes);
+  writer.commit();
+}
+
+void fsync_dir(const fs::path& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) throw InputError(str(dir.string(), ": cannot open directory: ", errno_text()));
+  int rc;
+  do rc = ::fsync(fd); while (rc < 0 && errno == EINTR);
+  ::close(fd);
+  if (rc < 0) throw InputError(str(dir.string(), ": fsync failed: ", errno_text()));
+}
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(str(path.string(), ": cannot open: ", errno_text()));
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) throw InputError(str(path.string(), ": read failed"));
+  return bytes;
+}
+
+}  // namespace gradbox

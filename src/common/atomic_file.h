@@ -1,0 +1,41 @@
+#pragma once
+// Local durable writes, in leveldb's order: temp file -> fsync -> rename -> fsync(dir).
+// A reader never sees a half-written file under the final name, and a crash leaves at most a
+// stray "*.tmp.*" file, which is never mistaken for the real one.
+// (The shared cloud folder has different rules: write once under a unique name, never rename.)
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+namespace gradbox {
+
+namespace fs = std::filesystem;
+
+class AtomicFileWriter {
+ public:
+  explicit AtomicFileWriter(fs::path final_path);
+  ~AtomicFileWriter();  // removes the temp file unless commit() succeeded
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+
+  void write(const void* data, size_t size);
+  void write(std::string_view bytes) { write(bytes.data(), bytes.size()); }
+  uint64_t bytes_written() const { return written_; }
+  // fsync, close, rename over the final path, fsync the directory.
+  void commit();
+
+ private:
+  fs::path final_path_;
+  fs::path temp_path_;
+  int fd_ = -1;
+  uint64_t written_ = 0;
+  bool committed_ = false;
+};
+
+void write_file_atomic(const fs::path& path, std::string_view bytes);
+void fsync_dir(const fs::path& dir);
+// Reads a whole file; throws InputError naming the file when it cannot.
+std::string read_file(const fs::path& path);
+
+}  // namespace gradbox

@@ -1,0 +1,59 @@
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "common/atomic_file.h"
+#include "common/checksum.h"
+#include "common/error.h"
+
+namespace gradbox {
+namespace {
+
+fs::path fresh_dir(const std::string& name) {
+  fs::path dir = fs::temp_directory_path() / str("gradbox_", name, "_", ::getpid());
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+TEST(AtomicFile, CommitPublishesWholeFile) {
+  fs::path dir = fresh_dir("commit");
+  write_file_atomic(dir / "a.bin", "hello");
+  EXPECT_EQ(read_file(dir / "a.bin"), "hello");
+  // Overwriting goes through a new temp file: old content is replaced whole.
+  write_file_atomic(dir / "a.bin", "world!");
+  EXPECT_EQ(read_file(dir / "a.bin"), "world!");
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 1);
+}
+
+TEST(AtomicFile, AbandonedWriterLeavesNothing) {
+  fs::path dir = fresh_dir("abandon");
+  {
+    AtomicFileWriter writer(dir / "b.bin");
+    writer.write("partial");
+  }  // no commit: as if the process failed mid-write
+  EXPECT_FALSE(fs::exists(dir / "b.bin"));
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 0);
+}
+
+TEST(AtomicFile, MissingFileErrorNamesIt) {
+  try {
+    read_file("/nonexistent/gradbox/file.txt");
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/gradbox/file.txt"), std::string::npos);
+  }
+}
+
+TEST(Checksum, FileMatchesBufferAndDetectsOneByte) {
+  fs::path dir = fresh_dir("checksum");
+  std::string bytes(3 << 20, 'x');  // spans several read chunks
+  write_file_atomic(dir / "c.bin", bytes);
+  EXPECT_EQ(file_checksum64(dir / "c.bin"), checksum64(bytes.data(), bytes.size()));
+  bytes[12345] ^= 1;
+  EXPECT_NE(file_checksum64(dir / "c.bin"), checksum64(bytes.data(), bytes.size()));
+  EXPECT_EQ(to_hex64(0xabcULL), "0000000000000abc");
+}
+
+}  // namespace
+}  // namespace gradbox
