@@ -1,11 +1,50 @@
+// gradbox sample: generate text from a run, a checkpoint or a Hugging Face folder.
+#include <iostream>
+
 #include "cli/commands.h"
 #include "common/error.h"
+#include "tokenizer/tokenizer.h"
+#include "worker/generate.h"
+#include "worker/model_loader.h"
 
 namespace gradbox::cli {
 
 void add_sample_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("sample", "(not built yet)");
-  cmd->callback([] { throw InputError("sample: not built yet"); });
+  CLI::App* cmd = app.add_subcommand("sample", "Generate text from a run, checkpoint or Hugging Face folder");
+  struct Options {
+    std::string from;
+    std::string prompt = "\n";
+    std::string tokenizer_dir;
+    worker::SamplingOptions sampling;
+    int64_t samples = 1;
+  };
+  auto o = std::make_shared<Options>();
+  cmd->add_option("--from", o->from, "Run folder, checkpoint folder or Hugging Face folder")->required();
+  cmd->add_option("--prompt", o->prompt, "Text to continue")->capture_default_str();
+  cmd->add_option("--tokenizer", o->tokenizer_dir, "Tokenizer folder (default: the run's or the HF folder's)");
+  cmd->add_option("--max-new-tokens", o->sampling.max_new_tokens, "Tokens to generate")->capture_default_str();
+  cmd->add_option("--temperature", o->sampling.temperature, "Softmax temperature (0: greedy)")->capture_default_str();
+  cmd->add_option("--top-k", o->sampling.top_k, "Sample among the k likeliest tokens (0: all)")->capture_default_str();
+  cmd->add_option("--seed", o->sampling.seed, "Sampling seed")->capture_default_str();
+  cmd->add_option("--samples", o->samples, "Number of samples")->capture_default_str();
+  cmd->callback([o] {
+    worker::LoadedModel loaded = worker::load_model(o->from);
+    const std::filesystem::path tokenizer_dir =
+        o->tokenizer_dir.empty() ? loaded.tokenizer_dir : std::filesystem::path(o->tokenizer_dir);
+    std::unique_ptr<tokenizer::Tokenizer> tok = tokenizer::load_tokenizer(tokenizer_dir);
+    GB_REQUIRE(tok->vocab_size() <= loaded.model->config().vocab_size, tokenizer_dir.string(), ": tokenizer has ",
+               tok->vocab_size(), " tokens, the model only ", loaded.model->config().vocab_size);
+    std::vector<int32_t> prompt = tok->encode(o->prompt);
+    worker::SamplingOptions sampling = o->sampling;
+    sampling.stop_token = tok->eot_id();
+    for (int64_t i = 0; i < o->samples; ++i) {
+      sampling.seed = o->sampling.seed + static_cast<uint64_t>(i);
+      std::vector<int32_t> ids = worker::generate(*loaded.model, prompt, sampling);
+      if (!ids.empty() && ids.back() == tok->eot_id()) ids.pop_back();
+      std::cout << tok->decode(ids) << "\n";
+      if (i + 1 < o->samples) std::cout << "---\n";
+    }
+  });
 }
 
 }  // namespace gradbox::cli

@@ -1,0 +1,78 @@
+#pragma once
+// The interface the trainer sees: a decoder-only language model, whatever its architecture.
+// Parameter names mirror Hugging Face's (transformer.h.0.attn.c_attn.weight,
+// model.layers.0.self_attn.q_proj.weight, ...), so the mapping to HF files is obvious; the
+// layouts are LibTorch's (Linear weights are (out, in)) and hf_state_dict() converts.
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/config.h"
+
+namespace gradbox::model {
+
+class CausalLM : public torch::nn::Module {
+ public:
+  explicit CausalLM(ModelConfig config);
+
+  // (B, T) int64 token ids -> (B, T, vocab_size) logits, float.
+  virtual torch::Tensor forward(const torch::Tensor& idx) = 0;
+  // Dropout probability of every dropout site; takes effect from the next forward.
+  virtual void set_dropout(double p) = 0;
+  // Which blocks recompute activations in backward (Note [Activation checkpointing] in
+  // checkpoint.h); InputError naming --activation-checkpointing for a layer that does not exist.
+  virtual void set_activation_checkpointing(const ActivationCheckpointing& ac);
+  // Hugging Face names and layouts (GPT-2's Conv1D weights transposed to (in, out)); a tied
+  // head is omitted as HF's save_pretrained omits it. Tensors are copies, detached.
+  virtual std::vector<std::pair<std::string, torch::Tensor>> hf_state_dict() const = 0;
+  // The inverse of hf_state_dict(). A missing, unexpected or wrongly shaped tensor throws
+  // InputError naming `where` and the tensor. Values are converted to the parameter's dtype.
+  virtual void load_hf_state_dict(const std::map<std::string, torch::Tensor>& tensors,
+                                  const std::string& where) = 0;
+
+  const ModelConfig& config() const { return config_; }
+  const ActivationCheckpointing& activation_checkpointing() const { return checkpointing_; }
+  // Biases, norm weights and embeddings take no weight decay. `param_name` is a name from
+  // named_parameters(); an unknown name is a bug (GB_CHECK).
+  bool is_no_decay(const std::string& param_name) const;
+
+ protected:
+  // Derived constructors name their embedding tables here.
+  void mark_no_decay(const std::string& param_name) { no_decay_.insert(param_name); }
+  // Re-initialises every parameter from `seed`: matrices and embeddings normal(0, 0.02), biases
+  // 0, norm weights 1, and the residual output projections (names ending in one of
+  // `residual_suffixes`) normal(0, 0.02/sqrt(2*n_layer)), as nanoGPT does. Uses its own
+  // generator, so a seed gives the same weights whatever the global RNG did before.
+  void init_weights(uint64_t seed, const std::vector<std::string>& residual_suffixes);
+
+  // Parameter names already are HF's; what differs is the layout of some matrices.
+  virtual bool hf_transposed(const std::string& param_name) const { return false; }
+  // All parameters in HF layout, on the CPU, copied.
+  std::vector<std::pair<std::string, torch::Tensor>> export_hf_tensors() const;
+  // Strict inverse of export_hf_tensors(): every parameter present with its HF shape, no
+  // other tensor. Callers drop tensors HF files may carry that are not parameters first.
+  void import_hf_tensors(const std::map<std::string, torch::Tensor>& tensors,
+                         const std::string& where);
+
+  ModelConfig config_;
+  ActivationCheckpointing checkpointing_;
+
+ private:
+  std::set<std::string> no_decay_;
+};
+
+// Builds the architecture named by config.arch (after config.validate()), initialised
+// deterministically from `seed`, on the CPU in float32.
+std::shared_ptr<CausalLM> make_model(const ModelConfig& config, uint64_t seed);
+
+// Mean cross entropy over all B*T positions; logits (B, T, V), targets (B, T) int64.
+// Computed in float32 whatever the logits' dtype.
+torch::Tensor language_model_loss(const torch::Tensor& logits, const torch::Tensor& targets);
+
+}  // namespace gradbox::model

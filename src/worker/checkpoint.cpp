@@ -1,0 +1,216 @@
+#include "worker/checkpoint.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <regex>
+
+#include "common/atomic_file.h"
+#include "common/checksum.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "model/safetensors.h"
+
+namespace gradbox::worker {
+namespace {
+
+constexpr const char* kFormat = "gradbox-checkpoint";
+constexpr int kVersion = 1;
+const std::vector<std::string> kFiles = {"model.safetensors", "optimizer.safetensors", "state.json"};
+
+const log::Logger& logger() {
+  static const log::Logger instance("checkpoint");
+  return instance;
+}
+
+std::string step_name(int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof name, "step_%08lld", static_cast<long long>(step));
+  return name;
+}
+
+// Finished checkpoint folders, newest first.
+std::vector<std::pair<int64_t, fs::path>> list_checkpoints(const fs::path& run_dir) {
+  std::vector<std::pair<int64_t, fs::path>> found;
+  const fs::path root = checkpoint_root(run_dir);
+  if (!fs::is_directory(root)) return found;
+  static const std::regex pattern("step_(\\d{8,})");
+  for (const auto& entry : fs::directory_iterator(root)) {
+    std::smatch match;
+    const std::string name = entry.path().filename().string();
+    if (entry.is_directory() && std::regex_match(name, match, pattern))
+      found.emplace_back(std::stoll(match[1].str()), entry.path());
+  }
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  return found;
+}
+
+nlohmann::json read_json(const fs::path& path) {
+  try {
+    return nlohmann::json::parse(read_file(path));
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(str(path.string(), ": not valid JSON: ", e.what()));
+  }
+}
+
+}  // namespace
+
+fs::path checkpoint_root(const fs::path& run_dir) { return run_dir / "checkpoints"; }
+
+fs::path save_checkpoint(const fs::path& run_dir, const CheckpointState& state, const FlatParameters& flat,
+                         const torch::Tensor& exp_avg, const torch::Tensor& exp_avg_sq) {
+  const fs::path root = checkpoint_root(run_dir);
+  fs::create_directories(root);
+  const fs::path final_dir = root / step_name(state.step);
+  const fs::path temp_dir = root / str(step_name(state.step), ".tmp.", ::getpid());
+  fs::remove_all(temp_dir);
+  fs::create_directories(temp_dir);
+
+  std::vector<std::pair<std::string, torch::Tensor>> params;
+  for (const ParameterSegment& s : flat.segments())
+    params.emplace_back(s.name, flat.params().narrow(0, s.offset, s.numel).view(s.shape).cpu());
+  model::save_safetensors(temp_dir / "model.safetensors", params, {{"format", "gradbox"}});
+
+  std::vector<std::pair<std::string, torch::Tensor>> optimizer = {
+      {"exp_avg", exp_avg.cpu()}, {"exp_avg_sq", exp_avg_sq.cpu()},
+      {"rng.cpu", at::detail::getDefaultCPUGenerator().get_state()}};
+  if (torch::cuda::is_available())
+    for (int64_t i = 0; i < static_cast<int64_t>(torch::cuda::device_count()); ++i)
+      optimizer.emplace_back(str("rng.cuda.", i),
+                             at::globalContext().defaultGenerator(torch::Device(torch::kCUDA, i)).get_state());
+  model::save_safetensors(temp_dir / "optimizer.safetensors", optimizer);
+
+  const nlohmann::json state_json = {{"step", state.step},
+                                     {"tokens", state.tokens},
+                                     {"optimizer_step", state.optimizer_step},
+                                     {"model_config", state.model_config},
+                                     {"train_config", state.train_config}};
+  write_file_atomic(temp_dir / "state.json", state_json.dump(2));
+
+  nlohmann::json files = nlohmann::json::object();
+  for (const std::string& name : kFiles)
+    files[name] = {{"bytes", fs::file_size(temp_dir / name)}, {"xxh3", to_hex64(file_checksum64(temp_dir / name))}};
+  const nlohmann::json manifest = {{"format", kFormat}, {"version", kVersion}, {"step", state.step}, {"files", files}};
+  write_file_atomic(temp_dir / "manifest.json", manifest.dump(2));
+  fsync_dir(temp_dir);
+
+  // A checkpoint of the same step from an earlier, interrupted life of this run is replaced.
+  if (fs::exists(final_dir)) fs::remove_all(final_dir);
+  fs::rename(temp_dir, final_dir);
+  fsync_dir(root);
+  return final_dir;
+}
+
+void verify_checkpoint(const fs::path& dir) {
+  const fs::path manifest_path = dir / "manifest.json";
+  GB_REQUIRE(fs::exists(manifest_path), manifest_path.string(), ": missing (an unfinished checkpoint?)");
+  const nlohmann::json manifest = read_json(manifest_path);
+  GB_REQUIRE(manifest.value("format", "") == kFormat, manifest_path.string(), ": not a gradbox checkpoint manifest");
+  GB_REQUIRE(manifest.value("version", 0) == kVersion, manifest_path.string(), ": unsupported version ",
+             manifest.value("version", 0), " (this gradbox reads version ", kVersion, ")");
+  for (const std::string& name : kFiles) {
+    const fs::path file = dir / name;
+    GB_REQUIRE(manifest.contains("files") && manifest["files"].contains(name), manifest_path.string(),
+               ": does not list ", name);
+    const auto& entry = manifest["files"][name];
+    GB_REQUIRE(fs::exists(file), file.string(), ": missing");
+    const uint64_t bytes = fs::file_size(file);
+    GB_REQUIRE(bytes == entry.value("bytes", uint64_t{0}), file.string(), ": size ", bytes,
+               " bytes, manifest says ", entry.value("bytes", uint64_t{0}), " (truncated?)");
+    GB_REQUIRE(to_hex64(file_checksum64(file)) == entry.value("xxh3", ""), file.string(),
+               ": checksum mismatch (corrupt)");
+  }
+}
+
+std::optional<fs::path> find_latest_checkpoint(const fs::path& run_dir) {
+  for (const auto& [step, dir] : list_checkpoints(run_dir)) {
+    try {
+      verify_checkpoint(dir);
+      return dir;
+    } catch (const InputError& e) {
+      logger().warn(str("skipping checkpoint ", dir.string(), ": ", e.what()));
+    }
+  }
+  return std::nullopt;
+}
+
+fs::path resolve_checkpoint(const fs::path& run_or_checkpoint) {
+  GB_REQUIRE(fs::exists(run_or_checkpoint), run_or_checkpoint.string(), ": no such checkpoint or run folder");
+  if (fs::exists(run_or_checkpoint / "manifest.json")) {
+    verify_checkpoint(run_or_checkpoint);
+    return run_or_checkpoint;
+  }
+  std::optional<fs::path> latest = find_latest_checkpoint(run_or_checkpoint);
+  GB_REQUIRE(latest.has_value(), run_or_checkpoint.string(), ": holds no complete checkpoint");
+  return *latest;
+}
+
+CheckpointData load_checkpoint(const fs::path& run_or_checkpoint) {
+  const fs::path dir = resolve_checkpoint(run_or_checkpoint);
+  CheckpointData data;
+  const fs::path state_path = dir / "state.json";
+  const nlohmann::json state = read_json(state_path);
+  try {
+    data.state.step = state.at("step").get<int64_t>();
+    data.state.tokens = state.at("tokens").get<int64_t>();
+    data.state.optimizer_step = state.at("optimizer_step").get<int64_t>();
+    data.state.model_config = state.at("model_config");
+    data.state.train_config = state.at("train_config");
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(str(state_path.string(), ": ", e.what()));
+  }
+  data.parameters = model::load_safetensors(dir / "model.safetensors");
+  std::map<std::string, torch::Tensor> optimizer = model::load_safetensors(dir / "optimizer.safetensors");
+  const fs::path optimizer_path = dir / "optimizer.safetensors";
+  for (const char* key : {"exp_avg", "exp_avg_sq", "rng.cpu"})
+    GB_REQUIRE(optimizer.count(key), optimizer_path.string(), ": missing tensor '", key, "'");
+  data.exp_avg = optimizer["exp_avg"];
+  data.exp_avg_sq = optimizer["exp_avg_sq"];
+  data.cpu_rng = optimizer["rng.cpu"];
+  for (int i = 0; optimizer.count(str("rng.cuda.", i)); ++i) data.cuda_rngs.push_back(optimizer[str("rng.cuda.", i)]);
+  return data;
+}
+
+void restore_parameters(const CheckpointData& data, FlatParameters& flat, const fs::path& where) {
+  torch::NoGradGuard no_grad;
+  GB_REQUIRE(data.parameters.size() == flat.segments().size(), where.string(), ": holds ", data.parameters.size(),
+             " parameters, the model has ", flat.segments().size(), " (a different model?)");
+  for (const ParameterSegment& s : flat.segments()) {
+    auto it = data.parameters.find(s.name);
+    GB_REQUIRE(it != data.parameters.end(), where.string(), ": has no parameter '", s.name, "'");
+    GB_REQUIRE(it->second.sizes().vec() == s.shape, where.string(), ": parameter '", s.name, "' has shape ",
+               it->second.sizes(), ", the model expects ", torch::IntArrayRef(s.shape));
+    flat.params().narrow(0, s.offset, s.numel).copy_(it->second.reshape({-1}));
+  }
+  GB_REQUIRE(data.exp_avg.numel() == flat.numel() && data.exp_avg_sq.numel() == flat.numel(), where.string(),
+             ": optimizer state has ", data.exp_avg.numel(), " elements, the model ", flat.numel());
+}
+
+void restore_rng(const CheckpointData& data) {
+  auto cpu = at::detail::getDefaultCPUGenerator();
+  {
+    std::lock_guard<std::mutex> lock(cpu.mutex());
+    cpu.set_state(data.cpu_rng);
+  }
+  if (!torch::cuda::is_available()) return;
+  for (size_t i = 0; i < data.cuda_rngs.size() && i < torch::cuda::device_count(); ++i) {
+    auto gen = at::globalContext().defaultGenerator(torch::Device(torch::kCUDA, static_cast<int>(i)));
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(data.cuda_rngs[i]);
+  }
+}
+
+void prune_checkpoints(const fs::path& run_dir, int64_t keep) {
+  const fs::path root = checkpoint_root(run_dir);
+  if (!fs::is_directory(root)) return;
+  for (const auto& entry : fs::directory_iterator(root))
+    if (entry.path().filename().string().find(".tmp.") != std::string::npos) fs::remove_all(entry.path());
+  int64_t kept = 0;
+  for (const auto& [step, dir] : list_checkpoints(run_dir)) {
+    if (kept++ < keep) continue;
+    logger().info(str("removing old checkpoint ", dir.string()));
+    fs::remove_all(dir);
+  }
+}
+
+}  // namespace gradbox::worker

@@ -1,0 +1,70 @@
+#pragma once
+// Training checkpoints: everything a run needs to continue bit for bit.
+//
+//   RUN/checkpoints/step_00000100/
+//     model.safetensors      parameters by name (also what `export` and `sample` read)
+//     optimizer.safetensors  flat moments and the CPU/CUDA RNG states
+//     state.json             step, tokens, optimizer step, model and train config
+//     manifest.json          written last: every file's size and XXH3 checksum
+//
+// The folder is written as step_00000100.tmp.PID, each file temp -> fsync -> rename, the
+// manifest last, then the folder is renamed into place and its parent fsynced. A folder
+// without a valid manifest is never loaded; a newer broken one is skipped with a warning.
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <optional>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "model/config.h"
+#include "worker/flat_parameters.h"
+
+namespace gradbox::worker {
+
+namespace fs = std::filesystem;
+
+struct CheckpointState {
+  int64_t step = 0;  // optimizer steps completed
+  int64_t tokens = 0;
+  int64_t optimizer_step = 0;
+  nlohmann::json model_config;
+  nlohmann::json train_config;
+};
+
+struct CheckpointData {
+  CheckpointState state;
+  std::map<std::string, torch::Tensor> parameters;  // by name, on CPU
+  torch::Tensor exp_avg;                            // flat, on CPU
+  torch::Tensor exp_avg_sq;
+  torch::Tensor cpu_rng;
+  std::vector<torch::Tensor> cuda_rngs;
+};
+
+fs::path checkpoint_root(const fs::path& run_dir);
+
+// Writes a checkpoint for `state.step` and returns its folder.
+fs::path save_checkpoint(const fs::path& run_dir, const CheckpointState& state, const FlatParameters& flat,
+                         const torch::Tensor& exp_avg, const torch::Tensor& exp_avg_sq);
+
+// Throws InputError naming the file and the reason when the folder is not a whole checkpoint.
+void verify_checkpoint(const fs::path& dir);
+
+// The newest verified checkpoint of a run, skipping (and logging) broken or unfinished ones.
+std::optional<fs::path> find_latest_checkpoint(const fs::path& run_dir);
+
+// A run folder (its newest checkpoint) or a checkpoint folder; verified first.
+CheckpointData load_checkpoint(const fs::path& run_or_checkpoint);
+// Resolves a run folder to its newest checkpoint folder; InputError when there is none.
+fs::path resolve_checkpoint(const fs::path& run_or_checkpoint);
+
+// Copies checkpoint tensors into a live model's flat buffers and optimizer moments; parameter
+// names and shapes must match (InputError naming the checkpoint otherwise).
+void restore_parameters(const CheckpointData& data, FlatParameters& flat, const fs::path& where);
+void restore_rng(const CheckpointData& data);
+
+// Keeps the newest `keep` checkpoint folders; removes older ones and unfinished *.tmp.* folders.
+void prune_checkpoints(const fs::path& run_dir, int64_t keep);
+
+}  // namespace gradbox::worker

@@ -1,0 +1,144 @@
+#include "worker/train_config.h"
+
+#include <set>
+
+#include "common/error.h"
+
+namespace gradbox::worker {
+
+std::string to_string(OptimizerKind kind) { return kind == OptimizerKind::adamw ? "adamw" : "lamb"; }
+
+std::string to_string(Precision precision) {
+  switch (precision) {
+    case Precision::auto_select: return "auto";
+    case Precision::fp32: return "fp32";
+    case Precision::bf16: return "bf16";
+    case Precision::fp16: return "fp16";
+  }
+  return "auto";
+}
+
+OptimizerKind parse_optimizer(const std::string& name) {
+  if (name == "adamw") return OptimizerKind::adamw;
+  if (name == "lamb") return OptimizerKind::lamb;
+  throw InputError(str("--optimizer: unknown optimizer '", name, "' (adamw, lamb)"));
+}
+
+Precision parse_precision(const std::string& name) {
+  if (name == "auto") return Precision::auto_select;
+  if (name == "fp32") return Precision::fp32;
+  if (name == "bf16") return Precision::bf16;
+  if (name == "fp16") return Precision::fp16;
+  throw InputError(str("--precision: unknown precision '", name, "' (auto, fp32, bf16, fp16)"));
+}
+
+void TrainConfig::validate() const {
+  GB_REQUIRE(!data_dir.empty(), "--data: a prepared data folder is required (gradbox prepare)");
+  GB_REQUIRE(micro_batch >= 1, "--micro-batch: must be >= 1, got ", micro_batch);
+  GB_REQUIRE(block_size >= 0, "--block-size: must be >= 0, got ", block_size);
+  GB_REQUIRE(grad_accum >= 1, "--grad-accum: must be >= 1, got ", grad_accum);
+  GB_REQUIRE(max_steps >= 1, "--max-steps: must be >= 1, got ", max_steps);
+  GB_REQUIRE(lr > 0, "--lr: must be > 0, got ", lr);
+  GB_REQUIRE(min_lr >= 0 && min_lr <= lr, "--min-lr: must be in [0, lr], got ", min_lr);
+  GB_REQUIRE(warmup_steps >= 0, "--warmup-steps: must be >= 0, got ", warmup_steps);
+  GB_REQUIRE(weight_decay >= 0, "--weight-decay: must be >= 0, got ", weight_decay);
+  GB_REQUIRE(beta1 >= 0 && beta1 < 1, "--beta1: must be in [0, 1), got ", beta1);
+  GB_REQUIRE(beta2 >= 0 && beta2 < 1, "--beta2: must be in [0, 1), got ", beta2);
+  GB_REQUIRE(eps > 0, "--eps: must be > 0, got ", eps);
+  GB_REQUIRE(grad_clip >= 0, "--grad-clip: must be >= 0, got ", grad_clip);
+  GB_REQUIRE(dropout >= 0 && dropout < 1, "--dropout: must be in [0, 1), got ", dropout);
+  GB_REQUIRE(eval_interval >= 0, "--eval-interval: must be >= 0, got ", eval_interval);
+  GB_REQUIRE(eval_batches >= 1, "--eval-batches: must be >= 1, got ", eval_batches);
+  GB_REQUIRE(checkpoint_interval >= -1, "--checkpoint-interval: must be >= -1, got ", checkpoint_interval);
+  GB_REQUIRE(keep_checkpoints >= 1, "--keep-checkpoints: must be >= 1, got ", keep_checkpoints);
+  GB_REQUIRE(log_interval >= 1, "--log-interval: must be >= 1, got ", log_interval);
+  GB_REQUIRE(threads >= 0, "--threads: must be >= 0, got ", threads);
+  GB_REQUIRE(local_workers >= 1, "--local-workers: must be >= 1, got ", local_workers);
+}
+
+nlohmann::json TrainConfig::to_json() const {
+  return {
+      {"data_dir", data_dir.string()},
+      {"out_dir", out_dir.string()},
+      {"model", model},
+      {"init_from", init_from.string()},
+      {"micro_batch", micro_batch},
+      {"block_size", block_size},
+      {"grad_accum", grad_accum},
+      {"max_steps", max_steps},
+      {"optimizer", to_string(optimizer)},
+      {"lr", lr},
+      {"min_lr", min_lr},
+      {"warmup_steps", warmup_steps},
+      {"weight_decay", weight_decay},
+      {"beta1", beta1},
+      {"beta2", beta2},
+      {"eps", eps},
+      {"grad_clip", grad_clip},
+      {"dropout", dropout},
+      {"activation_checkpointing", activation_checkpointing},
+      {"eval_interval", eval_interval},
+      {"eval_batches", eval_batches},
+      {"checkpoint_interval", checkpoint_interval},
+      {"keep_checkpoints", keep_checkpoints},
+      {"log_interval", log_interval},
+      {"seed", seed},
+      {"device", device},
+      {"precision", to_string(precision)},
+      {"threads", threads},
+      {"local_workers", local_workers},
+  };
+}
+
+TrainConfig TrainConfig::from_json(const nlohmann::json& j, const std::string& where) {
+  GB_REQUIRE(j.is_object(), where, ": a train config must be a JSON object");
+  TrainConfig c;
+  const std::set<std::string> known = [&] {
+    std::set<std::string> keys;
+    for (const auto& [key, value] : c.to_json().items()) keys.insert(key);
+    return keys;
+  }();
+  for (const auto& [key, value] : j.items())
+    GB_REQUIRE(known.count(key), where, ": unknown key '", key, "'");
+  auto get = [&](const char* key, auto& field) {
+    if (!j.contains(key)) return;
+    try {
+      j.at(key).get_to(field);
+    } catch (const nlohmann::json::exception& e) {
+      throw InputError(str(where, ": key '", key, "': ", e.what()));
+    }
+  };
+  std::string text;
+  if (j.contains("data_dir")) { get("data_dir", text); c.data_dir = text; }
+  if (j.contains("out_dir")) { get("out_dir", text); c.out_dir = text; }
+  if (j.contains("init_from")) { get("init_from", text); c.init_from = text; }
+  get("model", c.model);
+  get("micro_batch", c.micro_batch);
+  get("block_size", c.block_size);
+  get("grad_accum", c.grad_accum);
+  get("max_steps", c.max_steps);
+  if (j.contains("optimizer")) { get("optimizer", text); c.optimizer = parse_optimizer(text); }
+  get("lr", c.lr);
+  get("min_lr", c.min_lr);
+  get("warmup_steps", c.warmup_steps);
+  get("weight_decay", c.weight_decay);
+  get("beta1", c.beta1);
+  get("beta2", c.beta2);
+  get("eps", c.eps);
+  get("grad_clip", c.grad_clip);
+  get("dropout", c.dropout);
+  get("activation_checkpointing", c.activation_checkpointing);
+  get("eval_interval", c.eval_interval);
+  get("eval_batches", c.eval_batches);
+  get("checkpoint_interval", c.checkpoint_interval);
+  get("keep_checkpoints", c.keep_checkpoints);
+  get("log_interval", c.log_interval);
+  get("seed", c.seed);
+  get("device", c.device);
+  if (j.contains("precision")) { get("precision", text); c.precision = parse_precision(text); }
+  get("threads", c.threads);
+  get("local_workers", c.local_workers);
+  return c;
+}
+
+}  // namespace gradbox::worker

@@ -1,0 +1,66 @@
+#pragma once
+// Everything `gradbox train` can be told, in one place: defaults live here, the CLI overrides
+// them, unknown keys in a config file are errors, and the resolved config is saved with the run.
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace gradbox::worker {
+
+enum class OptimizerKind { adamw, lamb };
+enum class Precision { auto_select, fp32, bf16, fp16 };
+
+struct TrainConfig {
+  // What to train on and where to write.
+  std::filesystem::path data_dir;
+  std::filesystem::path out_dir = "runs/default";
+  std::string model = "gpt2-mini";  // a preset, or a path to a model config .json
+  std::filesystem::path init_from;  // a Hugging Face folder to fine-tune from (gradbox import)
+
+  // Batch: tokens per optimizer step = micro_batch * block_size * grad_accum.
+  int64_t micro_batch = 8;
+  int64_t block_size = 0;  // 0: the model's block_size
+  int64_t grad_accum = 1;
+  int64_t max_steps = 1000;
+
+  // Optimizer and schedule.
+  OptimizerKind optimizer = OptimizerKind::adamw;
+  double lr = 6e-4;
+  double min_lr = 6e-5;
+  int64_t warmup_steps = 100;
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double grad_clip = 1.0;  // global norm; 0 disables
+  double dropout = 0.0;
+  std::string activation_checkpointing = "none";
+
+  // Evaluation, checkpoints, logging.
+  int64_t eval_interval = 200;  // 0 disables validation
+  int64_t eval_batches = 8;
+  int64_t checkpoint_interval = 500;  // 0: only at the end; -1: never (benchmarks)
+  int64_t keep_checkpoints = 2;
+  int64_t log_interval = 10;
+
+  // Machine.
+  uint64_t seed = 1337;
+  std::string device = "auto";  // auto, cpu, cuda, cuda:N
+  Precision precision = Precision::auto_select;
+  int64_t threads = 0;        // 0: this machine's cores / local_workers
+  int64_t local_workers = 1;  // gradbox processes sharing this machine's cores
+
+  void validate() const;  // throws InputError naming the flag
+  nlohmann::json to_json() const;
+  // Unknown keys and wrong types are InputErrors naming `where` and the key.
+  static TrainConfig from_json(const nlohmann::json& j, const std::string& where);
+};
+
+std::string to_string(OptimizerKind kind);
+std::string to_string(Precision precision);
+OptimizerKind parse_optimizer(const std::string& name);  // InputError naming --optimizer
+Precision parse_precision(const std::string& name);      // InputError naming --precision
+
+}  // namespace gradbox::worker

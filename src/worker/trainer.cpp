@@ -1,0 +1,266 @@
+#include "worker/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include "common/atomic_file.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "model/hf.h"
+#include "worker/checkpoint.h"
+
+namespace gradbox::worker {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+const log::Logger& logger() {
+  static const log::Logger instance("train");
+  return instance;
+}
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::string format_duration(double seconds) {
+  const auto total = static_cast<int64_t>(seconds + 0.5);
+  if (total >= 3600) return str(total / 3600, "h", (total % 3600) / 60, "m");
+  if (total >= 60) return str(total / 60, "m", total % 60, "s");
+  return str(total, "s");
+}
+
+std::string format_number(double value, const char* format) {
+  char text[64];
+  std::snprintf(text, sizeof text, format, value);
+  return text;
+}
+
+// Dropout is changeable between restarts (and live, later): it is not part of a model's identity.
+nlohmann::json identity(nlohmann::json model_config) {
+  model_config.erase("dropout");
+  return model_config;
+}
+
+nlohmann::json read_json_file(const std::filesystem::path& path) {
+  try {
+    return nlohmann::json::parse(read_file(path));
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(str(path.string(), ": not valid JSON: ", e.what()));
+  }
+}
+
+// The run keeps its own copy of the tokenizer so that `sample` and `export` need only the run.
+void copy_tokenizer(const std::filesystem::path& data_dir, const std::filesystem::path& out_dir) {
+  const auto source = data_dir / "tokenizer";
+  const auto target = out_dir / "tokenizer";
+  if (!std::filesystem::is_directory(source) || std::filesystem::exists(target)) return;
+  const auto temp = out_dir / str("tokenizer.tmp.", ::getpid());
+  std::filesystem::remove_all(temp);
+  std::filesystem::copy(source, temp, std::filesystem::copy_options::recursive);
+  std::filesystem::rename(temp, target);
+}
+
+}  // namespace
+
+model::ModelConfig resolve_model_config(const TrainConfig& config, const data::DatasetInfo& data) {
+  model::ModelConfig mc;
+  const bool from_file = config.model.ends_with(".json") || std::filesystem::is_regular_file(config.model);
+  if (from_file) {
+    mc = model::ModelConfig::from_json(read_json_file(config.model), config.model);
+    GB_REQUIRE(config.block_size <= mc.block_size, "--block-size ", config.block_size, ": larger than ", config.model,
+               "'s block_size ", mc.block_size);
+  } else {
+    mc = model::ModelConfig::preset(config.model);
+    mc.vocab_size = data.vocab_size;  // a preset takes the data's tokenizer
+    if (config.block_size > 0) mc.block_size = config.block_size;
+  }
+  GB_REQUIRE(mc.vocab_size >= data.vocab_size, "--model ", config.model, ": vocab_size ", mc.vocab_size,
+             " is smaller than the data's ", data.vocab_size, " (", data.dir.string(), ")");
+  mc.dropout = config.dropout;
+  mc.validate();
+  return mc;
+}
+
+Trainer::Trainer(TrainConfig config) : config_(std::move(config)) {
+  config_.validate();
+  runtime_ = resolve_runtime(config_.device, config_.precision, config_.threads, config_.local_workers);
+  data_info_ = data::read_dataset_info(config_.data_dir);
+  train_file_.emplace(data::TokenFile::open(data_info_, "train"));
+  if (data_info_.val_tokens > 0) val_file_.emplace(data::TokenFile::open(data_info_, "val"));
+
+  if (config_.init_from.empty()) {
+    model_ = model::make_model(resolve_model_config(config_, data_info_), config_.seed);
+  } else {
+    torch::manual_seed(config_.seed);
+    model_ = model::import_hf(config_.init_from);
+    GB_REQUIRE(model_->config().vocab_size >= data_info_.vocab_size, "--init-from ", config_.init_from.string(),
+               ": vocab_size ", model_->config().vocab_size, " is smaller than the data's ", data_info_.vocab_size);
+    model_->set_dropout(config_.dropout);
+  }
+  const model::ModelConfig& mc = model_->config();
+  const int64_t block = config_.block_size > 0 ? config_.block_size : mc.block_size;
+  GB_REQUIRE(block <= mc.block_size, "--block-size ", block, ": the model's block_size is ", mc.block_size);
+  model_->set_activation_checkpointing(model::ActivationCheckpointing::parse(config_.activation_checkpointing));
+  model_->to(runtime_.device);
+  flat_ = std::make_unique<FlatParameters>(*model_, [&](const std::string& name) { return model_->is_no_decay(name); });
+  optimizer_ = std::make_unique<Optimizer>(
+      *flat_, OptimizerHyper{config_.optimizer, config_.beta1, config_.beta2, config_.eps});
+  schedule_ = LrSchedule{config_.lr, config_.min_lr, config_.warmup_steps, config_.max_steps};
+
+  std::filesystem::create_directories(config_.out_dir);
+  if (std::optional<std::filesystem::path> latest = find_latest_checkpoint(config_.out_dir)) {
+    CheckpointData ckpt = load_checkpoint(*latest);
+    GB_REQUIRE(identity(ckpt.state.model_config) == identity(mc.to_json()), "--model ", config_.model, ": run folder ",
+               config_.out_dir.string(), " holds a checkpoint of a different model (", latest->string(),
+               "); use another --out or the same model");
+    restore_parameters(ckpt, *flat_, *latest);
+    torch::NoGradGuard no_grad;
+    optimizer_->exp_avg().copy_(ckpt.exp_avg);
+    optimizer_->exp_avg_sq().copy_(ckpt.exp_avg_sq);
+    optimizer_->set_step_count(ckpt.state.optimizer_step);
+    step_ = ckpt.state.step;
+    tokens_ = ckpt.state.tokens;
+    restore_rng(ckpt);  // last: model construction above consumed random numbers
+    logger().info(str("resumed from ", latest->string(), " at step ", step_));
+  }
+
+  train_sampler_.emplace(*train_file_, block, config_.seed, stream_id("train"));
+  if (val_file_ && val_file_->size() > block) val_sampler_.emplace(*val_file_, block, config_.seed, stream_id("val"));
+  metrics_ = std::make_unique<MetricsWriter>(config_.out_dir / "metrics.jsonl");
+  write_file_atomic(config_.out_dir / "train_config.json", config_.to_json().dump(2));
+  write_file_atomic(config_.out_dir / "model_config.json", mc.to_json().dump(2));
+  copy_tokenizer(config_.data_dir, config_.out_dir);
+  logger().info(str("config: ", config_.to_json().dump()));
+  logger().info(str("model: ", mc.to_json().dump(), " (", flat_->numel(), " parameters)"));
+}
+
+double Trainer::train_step(double lr) {
+  model_->train();
+  flat_->zero_grad();
+  const int64_t accum = config_.grad_accum;
+  double loss_sum = 0.0;
+  for (int64_t micro = 0; micro < accum; ++micro) {
+    Batch batch = train_sampler_->batch(step_ * accum + micro, config_.micro_batch);
+    torch::Tensor inputs = batch.inputs.to(runtime_.device);
+    torch::Tensor targets = batch.targets.to(runtime_.device);
+    torch::Tensor loss;
+    {
+      AutocastScope autocast(runtime_);
+      loss = model::language_model_loss(model_->forward(inputs), targets);
+    }
+    loss_sum += loss.item<double>();
+    (loss * (loss_scale_ / static_cast<double>(accum))).backward();
+  }
+  tokens_ += accum * config_.micro_batch * train_sampler_->block_size();
+
+  const double scaled_norm = gradient_norm(*flat_);
+  if (!std::isfinite(scaled_norm)) {
+    // Never let a NaN or Inf into the weights: skip the step (fp16 also backs off its scale).
+    if (runtime_.precision == Precision::fp16) {
+      loss_scale_ /= 2.0;
+      good_steps_ = 0;
+      logger().warn(str("step ", step_ + 1, ": gradient overflow, skipped; loss scale now ", loss_scale_));
+    } else {
+      logger().warn(str("step ", step_ + 1, ": non-finite gradient norm, step skipped"));
+    }
+    last_grad_norm_ = scaled_norm;
+    return loss_sum / static_cast<double>(accum);
+  }
+  const double norm = scaled_norm / loss_scale_;
+  const double clip = (config_.grad_clip > 0 && norm > config_.grad_clip) ? config_.grad_clip / (norm + 1e-6) : 1.0;
+  optimizer_->step(lr, config_.weight_decay, clip / loss_scale_);
+  if (runtime_.precision == Precision::fp16 && ++good_steps_ % 2000 == 0) loss_scale_ *= 2.0;
+  last_grad_norm_ = norm;
+  return loss_sum / static_cast<double>(accum);
+}
+
+double Trainer::evaluate() {
+  if (!val_sampler_) return std::numeric_limits<double>::quiet_NaN();
+  model_->eval();
+  torch::NoGradGuard no_grad;
+  double total = 0.0;
+  for (int64_t i = 0; i < config_.eval_batches; ++i) {
+    Batch batch = val_sampler_->batch(i, config_.micro_batch);
+    AutocastScope autocast(runtime_);
+    total += model::language_model_loss(model_->forward(batch.inputs.to(runtime_.device)),
+                                        batch.targets.to(runtime_.device)).item<double>();
+  }
+  model_->train();
+  return total / static_cast<double>(config_.eval_batches);
+}
+
+std::filesystem::path Trainer::checkpoint() {
+  const auto start = Clock::now();
+  CheckpointState state;
+  state.step = step_;
+  state.tokens = tokens_;
+  state.optimizer_step = optimizer_->step_count();
+  state.model_config = model_->config().to_json();
+  state.train_config = config_.to_json();
+  std::filesystem::path dir = save_checkpoint(config_.out_dir, state, *flat_, optimizer_->exp_avg(), optimizer_->exp_avg_sq());
+  prune_checkpoints(config_.out_dir, config_.keep_checkpoints);
+  logger().info(str("checkpoint ", dir.string(), " written in ", format_number(seconds_since(start), "%.2f"), " s"));
+  return dir;
+}
+
+void Trainer::log_progress(double loss, double lr, double interval_seconds, int64_t interval_steps,
+                           int64_t interval_tokens) {
+  const double tokens_per_second = interval_seconds > 0 ? static_cast<double>(interval_tokens) / interval_seconds : 0.0;
+  const double seconds_per_step = interval_seconds / static_cast<double>(std::max<int64_t>(1, interval_steps));
+  const double eta = seconds_per_step * static_cast<double>(config_.max_steps - step_);
+  logger().info(str("step ", step_, "/", config_.max_steps, " | loss ", format_number(loss, "%.4f"), " | lr ",
+                    format_number(lr, "%.2e"), " | norm ", format_number(last_grad_norm_, "%.3f"), " | ",
+                    format_number(tokens_per_second, "%.0f"), " tok/s | ETA ", format_duration(eta)));
+}
+
+TrainSummary Trainer::run(const StopPredicate& should_stop) {
+  TrainSummary summary;
+  summary.start_step = step_;
+  const int64_t tokens_per_step = config_.micro_batch * train_sampler_->block_size() * config_.grad_accum;
+  logger().info(str("training on ", runtime_.describe(), ": steps ", step_, " -> ", config_.max_steps, ", ",
+                    tokens_per_step, " tokens per step"));
+  double train_seconds = 0.0;
+  int64_t train_tokens = 0;
+  double interval_seconds = 0.0;
+  int64_t interval_tokens = 0;
+  while (step_ < config_.max_steps) {
+    const double lr = schedule_.at(step_);
+    const auto start = Clock::now();
+    const double loss = train_step(lr);
+    ++step_;
+    const double seconds = seconds_since(start);
+    train_seconds += seconds;
+    train_tokens += tokens_per_step;
+    interval_seconds += seconds;
+    interval_tokens += tokens_per_step;
+    summary.last_loss = loss;
+    metrics_->write({{"step", step_}, {"loss", loss}, {"lr", lr}, {"grad_norm", last_grad_norm_},
+                     {"tokens", tokens_}, {"step_seconds", seconds}});
+    if (step_ % config_.log_interval == 0 || step_ == config_.max_steps) {
+      log_progress(loss, lr, interval_seconds, interval_tokens / tokens_per_step, interval_tokens);
+      interval_seconds = 0.0;
+      interval_tokens = 0;
+    }
+    if (config_.eval_interval > 0 && (step_ % config_.eval_interval == 0 || step_ == config_.max_steps)) {
+      summary.last_val_loss = evaluate();
+      metrics_->write({{"step", step_}, {"val_loss", summary.last_val_loss}});
+      logger().info(str("step ", step_, " | val loss ", format_number(summary.last_val_loss, "%.4f")));
+    }
+    const bool stop = should_stop && should_stop(step_);
+    const bool checkpoint_due = (config_.checkpoint_interval > 0 && step_ % config_.checkpoint_interval == 0) ||
+                                step_ == config_.max_steps || stop;
+    if (checkpoint_due && config_.checkpoint_interval >= 0) summary.last_checkpoint = checkpoint();
+    if (stop && step_ < config_.max_steps) {
+      summary.stopped_early = true;
+      logger().info(str("stopped at step ", step_, "; resume with the same command"));
+      break;
+    }
+  }
+  summary.end_step = step_;
+  summary.tokens_per_second = train_seconds > 0 ? static_cast<double>(train_tokens) / train_seconds : 0.0;
+  return summary;
+}
+
+}  // namespace gradbox::worker

@@ -1,0 +1,77 @@
+#pragma once
+// The single-process training loop: data -> model -> loss -> backward -> clip -> step, with
+// validation, checkpoints, metrics and exact resume. The exchange issues make it many workers.
+#include <torch/torch.h>
+
+#include <functional>
+#include <memory>
+#include <optional>
+
+#include "data/token_dataset.h"
+#include "model/causal_lm.h"
+#include "worker/batch_sampler.h"
+#include "worker/flat_parameters.h"
+#include "worker/lr_schedule.h"
+#include "worker/metrics.h"
+#include "worker/optimizer.h"
+#include "worker/runtime.h"
+#include "worker/train_config.h"
+
+namespace gradbox::worker {
+
+struct TrainSummary {
+  int64_t start_step = 0;  // > 0 when the run resumed
+  int64_t end_step = 0;
+  double last_loss = std::numeric_limits<double>::quiet_NaN();
+  double last_val_loss = std::numeric_limits<double>::quiet_NaN();
+  double tokens_per_second = 0.0;
+  std::filesystem::path last_checkpoint;
+  bool stopped_early = false;
+};
+
+// Called after every optimizer step; returning true stops the run with a checkpoint.
+using StopPredicate = std::function<bool(int64_t step)>;
+
+// The model config a run trains: a preset adapted to the data (vocabulary, block size, dropout)
+// or a JSON file taken as written.
+model::ModelConfig resolve_model_config(const TrainConfig& config, const data::DatasetInfo& data);
+
+class Trainer {
+ public:
+  // Sets up runtime, data, model and optimizer, and resumes from the run folder's newest
+  // checkpoint when there is one (its model must match: InputError otherwise).
+  explicit Trainer(TrainConfig config);
+
+  TrainSummary run(const StopPredicate& should_stop = {});
+  double evaluate();  // mean validation loss over the fixed eval batches
+
+  model::CausalLM& model() { return *model_; }
+  FlatParameters& flat() { return *flat_; }
+  int64_t step() const { return step_; }
+  const Runtime& runtime() const { return runtime_; }
+
+ private:
+  double train_step(double lr);  // one optimizer step over grad_accum micro-batches; returns mean loss
+  std::filesystem::path checkpoint();
+  void log_progress(double loss, double lr, double interval_seconds, int64_t interval_steps, int64_t interval_tokens);
+
+  TrainConfig config_;
+  Runtime runtime_;
+  data::DatasetInfo data_info_;
+  std::optional<data::TokenFile> train_file_;
+  std::optional<data::TokenFile> val_file_;
+  std::optional<BatchSampler> train_sampler_;
+  std::optional<BatchSampler> val_sampler_;
+  std::shared_ptr<model::CausalLM> model_;
+  std::unique_ptr<FlatParameters> flat_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<MetricsWriter> metrics_;
+  LrSchedule schedule_;
+  int64_t step_ = 0;
+  int64_t tokens_ = 0;
+  double loss_scale_ = 1.0;  // fp16 only: dynamic loss scaling
+  int64_t good_steps_ = 0;
+  double last_grad_norm_ = 0.0;
+};
+
+}  // namespace gradbox::worker

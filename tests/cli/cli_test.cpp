@@ -1,0 +1,265 @@
+// Whole commands in real processes: prepare -> train -> stop/kill -> resume -> sample -> export
+// -> import, and what bad input does to each. Each test uses tiny models on real text.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "process.h"
+
+namespace gradbox::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kBinary = GRADBOX_BINARY;
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+std::string read_bytes(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::vector<nlohmann::json> read_metrics(const fs::path& run) {
+  std::vector<nlohmann::json> records;
+  std::ifstream in(run / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) records.push_back(nlohmann::json::parse(line));
+  return records;
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    root_ = fs::temp_directory_path() / ("gradbox_cli_" + std::to_string(::getpid()));
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+    // Real English text from Debian's fortunes package (scripts/setup.sh installs it).
+    std::vector<std::string> inputs;
+    for (const char* name : {"computers", "science", "literature", "wisdom"}) {
+      const fs::path file = fs::path("/usr/share/games/fortunes") / name;
+      if (fs::exists(file)) inputs.push_back(file.string());
+    }
+    if (inputs.empty()) return;
+    std::vector<std::string> argv = {kBinary, "prepare", "--out", (root_ / "data").string(), "--tokenizer", "bpe",
+                                     "--vocab-size", "512", "--input"};
+    argv.insert(argv.end(), inputs.begin(), inputs.end());
+    ProcessResult r = run_process(argv);
+    prepared_ = r.exit_code == 0;
+    if (!prepared_) std::cerr << r.output;
+  }
+  static void TearDownTestSuite() { fs::remove_all(root_); }
+
+  void SetUp() override {
+    if (!prepared_) GTEST_SKIP() << "fortunes text not installed or prepare failed (run scripts/setup.sh)";
+  }
+
+  static fs::path data() { return root_ / "data"; }
+  static fs::path dir(const std::string& name) { return root_ / name; }
+
+  // A tiny, fast training command; extra flags are appended (CLI11 takes the last value).
+  static std::vector<std::string> train(const fs::path& out, std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv = {kBinary, "train", "--data", data().string(), "--out", out.string(),
+                                     "--model", "gpt2-tiny", "--micro-batch", "8", "--max-steps", "10",
+                                     "--lr", "3e-3", "--warmup-steps", "2", "--eval-interval", "0",
+                                     "--log-interval", "5", "--threads", "1"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return argv;
+  }
+
+  static inline fs::path root_;
+  static inline bool prepared_ = false;
+};
+
+TEST_F(CliTest, LossFallsOnRealText) {
+  const fs::path run = dir("falls");
+  ProcessResult r = run_process(train(run, {"--max-steps", "80", "--eval-interval", "80", "--eval-batches", "4"}));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::vector<double> losses;
+  double val_loss = -1;
+  for (const auto& record : read_metrics(run)) {
+    if (record.contains("loss")) losses.push_back(record["loss"].get<double>());
+    if (record.contains("val_loss")) val_loss = record["val_loss"].get<double>();
+  }
+  ASSERT_EQ(losses.size(), 80u);
+  const double first = (losses[0] + losses[1] + losses[2]) / 3;
+  const double last = (losses[77] + losses[78] + losses[79]) / 3;
+  EXPECT_NEAR(first, std::log(512.0), 0.5);  // a fresh model is near uniform over the vocabulary
+  EXPECT_LT(last, first - 1.0) << "first " << first << " last " << last;
+  EXPECT_GT(val_loss, 0);
+  EXPECT_LT(val_loss, first - 0.5);
+  EXPECT_TRUE(contains(r.output, "tok/s")) << r.output;
+  EXPECT_TRUE(fs::exists(run / "checkpoints" / "step_00000080" / "manifest.json"));
+}
+
+// Stopped at step 4 and resumed in a new process == never stopped, bit for bit (dropout on, so
+// the RNG state must survive too).
+class ResumeTest : public CliTest {
+ protected:
+  void expect_resume_exact(const std::vector<std::string>& model_flags, const std::string& name) {
+    const fs::path straight = dir(name + "_straight"), resumed = dir(name + "_resumed");
+    std::vector<std::string> flags = model_flags;
+    flags.insert(flags.end(), {"--dropout", "0.1", "--checkpoint-interval", "0"});
+    ProcessResult a = run_process(train(straight, flags));
+    ASSERT_EQ(a.exit_code, 0) << a.output;
+    std::vector<std::string> stop = flags;
+    stop.insert(stop.end(), {"--stop-at-step", "4"});
+    ProcessResult b1 = run_process(train(resumed, stop));
+    ASSERT_EQ(b1.exit_code, 0) << b1.output;
+    ASSERT_TRUE(fs::exists(resumed / "checkpoints" / "step_00000004"));
+    ASSERT_FALSE(fs::exists(resumed / "checkpoints" / "step_00000010"));
+    ProcessResult b2 = run_process(train(resumed, flags));
+    ASSERT_EQ(b2.exit_code, 0) << b2.output;
+    EXPECT_TRUE(contains(b2.output, "at step 4")) << b2.output;
+    for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+      const std::string x = read_bytes(straight / "checkpoints" / "step_00000010" / file);
+      const std::string y = read_bytes(resumed / "checkpoints" / "step_00000010" / file);
+      ASSERT_FALSE(x.empty());
+      EXPECT_TRUE(x == y) << file << " differs between the straight and the resumed run";
+    }
+  }
+};
+
+TEST_F(ResumeTest, BitExactGpt2AdamW) { expect_resume_exact({"--model", "gpt2-tiny"}, "gpt2"); }
+
+TEST_F(ResumeTest, BitExactLlamaLambAccumulationCheckpointing) {
+  expect_resume_exact({"--model", "llama-tiny", "--optimizer", "lamb", "--grad-accum", "2",
+                       "--activation-checkpointing", "alternate"},
+                      "llama");
+}
+
+int64_t newest_step_folder(const fs::path& run) {
+  int64_t newest = -1;
+  for (const auto& entry : fs::directory_iterator(run / "checkpoints")) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("step_", 0) == 0 && name.find(".tmp.") == std::string::npos)
+      newest = std::max<int64_t>(newest, std::stoll(name.substr(5)));
+  }
+  return newest;
+}
+
+TEST_F(CliTest, KillNineAnywhereThenResume) {
+  const fs::path run = dir("killed");
+  const std::vector<std::string> flags = {"--max-steps", "100000", "--checkpoint-interval", "3"};
+  const pid_t pid = start_process(train(run, flags), dir("killed.log"));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (!fs::exists(run / "checkpoints" / "step_00000006") && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ::kill(pid, SIGKILL);  // no warning, possibly in the middle of writing the next checkpoint
+  ASSERT_EQ(wait_process(pid), 128 + SIGKILL);
+  ASSERT_TRUE(fs::exists(run / "checkpoints" / "step_00000006")) << read_bytes(dir("killed.log"));
+
+  const int64_t newest = newest_step_folder(run);
+  std::vector<std::string> resume = flags;
+  resume.insert(resume.end(), {"--stop-at-step", std::to_string(newest + 2)});
+  ProcessResult r = run_process(train(run, resume));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "resumed from")) << r.output;
+  EXPECT_TRUE(fs::exists(run / "checkpoints" / ("step_" + std::string(8 - std::to_string(newest + 2).size(), '0') +
+                                                std::to_string(newest + 2))));
+  for (const auto& entry : fs::directory_iterator(run / "checkpoints"))
+    EXPECT_EQ(entry.path().filename().string().find(".tmp."), std::string::npos) << entry.path();
+}
+
+TEST_F(CliTest, CorruptNewestCheckpointIsNamedAndSkipped) {
+  const fs::path run = dir("corrupt");
+  ASSERT_EQ(run_process(train(run, {"--max-steps", "6", "--checkpoint-interval", "3"})).exit_code, 0);
+  const fs::path newest = run / "checkpoints" / "step_00000006";
+  {
+    std::fstream f(newest / "model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(200);
+    f.put('\x7f');
+  }
+  ProcessResult sample = run_process({kBinary, "sample", "--from", newest.string(), "--max-new-tokens", "5"});
+  EXPECT_EQ(sample.exit_code, 2);
+  EXPECT_TRUE(contains(sample.output, "model.safetensors")) << sample.output;
+  EXPECT_TRUE(contains(sample.output, "checksum")) << sample.output;
+
+  ProcessResult resume = run_process(train(run, {"--max-steps", "8", "--checkpoint-interval", "3"}));
+  ASSERT_EQ(resume.exit_code, 0) << resume.output;
+  EXPECT_TRUE(contains(resume.output, "skipping checkpoint")) << resume.output;
+  EXPECT_TRUE(contains(resume.output, "at step 3")) << resume.output;
+}
+
+TEST_F(CliTest, BadInputIsNamedAndLeavesNothing) {
+  const fs::path out = dir("bad_out");
+  ProcessResult missing = run_process({kBinary, "train", "--data", dir("no_such_data").string(), "--out", out.string()});
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_TRUE(contains(missing.output, "no_such_data")) << missing.output;
+  EXPECT_FALSE(fs::exists(out));
+
+  ProcessResult preset = run_process(train(out, {"--model", "gpt5"}));
+  EXPECT_EQ(preset.exit_code, 2);
+  EXPECT_TRUE(contains(preset.output, "--model")) << preset.output;
+  EXPECT_TRUE(contains(preset.output, "gpt5")) << preset.output;
+
+  const fs::path bad_json = dir("bad.json");
+  std::ofstream(bad_json) << "{\"lr\": 1e-3,";
+  ProcessResult malformed = run_process({kBinary, "train", "--config", bad_json.string(), "--data", data().string()});
+  EXPECT_EQ(malformed.exit_code, 2);
+  EXPECT_TRUE(contains(malformed.output, "bad.json")) << malformed.output;
+
+  const fs::path unknown = dir("unknown.json");
+  std::ofstream(unknown) << "{\"learning_rate\": 1e-3}";
+  ProcessResult key = run_process({kBinary, "train", "--config", unknown.string(), "--data", data().string()});
+  EXPECT_EQ(key.exit_code, 2);
+  EXPECT_TRUE(contains(key.output, "learning_rate")) << key.output;
+
+  ProcessResult flag = run_process(train(out, {"--micro-batch", "0"}));
+  EXPECT_EQ(flag.exit_code, 2);
+  EXPECT_TRUE(contains(flag.output, "--micro-batch")) << flag.output;
+  EXPECT_FALSE(fs::exists(out));
+
+  // A truncated token file is caught before any training starts.
+  const fs::path broken = dir("broken_data");
+  fs::copy(data(), broken, fs::copy_options::recursive);
+  fs::resize_file(broken / "train.bin", fs::file_size(broken / "train.bin") - 3);
+  ProcessResult truncated = run_process({kBinary, "train", "--data", broken.string(), "--out", out.string()});
+  EXPECT_EQ(truncated.exit_code, 2);
+  EXPECT_TRUE(contains(truncated.output, "train.bin")) << truncated.output;
+  EXPECT_FALSE(fs::exists(out));
+}
+
+TEST_F(CliTest, ExportSampleImportContinue) {
+  const fs::path run = dir("export_run");
+  ASSERT_EQ(run_process(train(run)).exit_code, 0);
+  const fs::path hf = dir("export_hf");
+  ProcessResult exported = run_process({kBinary, "export", "--from", run.string(), "--out", hf.string()});
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  EXPECT_TRUE(fs::exists(hf / "config.json"));
+  EXPECT_TRUE(fs::exists(hf / "model.safetensors"));
+  // A second export onto a non-empty folder is refused, and the folder is left as it was.
+  ProcessResult again = run_process({kBinary, "export", "--from", run.string(), "--out", hf.string()});
+  EXPECT_EQ(again.exit_code, 2);
+  EXPECT_TRUE(contains(again.output, "--force")) << again.output;
+
+  // Greedy samples from the run and from its HF export are the same text.
+  auto sample = [&](const fs::path& from) {
+    return run_process({kBinary, "--log-level", "warn", "sample", "--from", from.string(), "--prompt", "The ",
+                        "--temperature", "0", "--max-new-tokens", "16"});
+  };
+  ProcessResult from_run = sample(run), from_hf = sample(hf);
+  ASSERT_EQ(from_run.exit_code, 0) << from_run.output;
+  ASSERT_EQ(from_hf.exit_code, 0) << from_hf.output;
+  EXPECT_EQ(from_run.output, from_hf.output);
+  EXPECT_TRUE(contains(from_run.output, "The ")) << from_run.output;
+
+  const fs::path imported = dir("imported_run");
+  ProcessResult import = run_process({kBinary, "import", "--from", hf.string(), "--out", imported.string()});
+  ASSERT_EQ(import.exit_code, 0) << import.output;
+  ProcessResult cont = run_process(train(imported, {"--model", (imported / "model_config.json").string(), "--max-steps", "3"}));
+  ASSERT_EQ(cont.exit_code, 0) << cont.output;
+  EXPECT_TRUE(contains(cont.output, "resumed from")) << cont.output;
+  EXPECT_TRUE(fs::exists(imported / "checkpoints" / "step_00000003"));
+}
+
+}  // namespace
+}  // namespace gradbox::testing

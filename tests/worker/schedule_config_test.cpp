@@ -1,0 +1,61 @@
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+#include "worker/lr_schedule.h"
+#include "worker/train_config.h"
+
+namespace gradbox::worker {
+namespace {
+
+TEST(LrSchedule, WarmupCosineFloor) {
+  LrSchedule s{1.0, 0.1, 10, 110};
+  EXPECT_DOUBLE_EQ(s.at(0), 0.1);
+  EXPECT_DOUBLE_EQ(s.at(9), 1.0);
+  EXPECT_DOUBLE_EQ(s.at(10), 1.0);
+  EXPECT_NEAR(s.at(60), 0.55, 1e-12);  // halfway down the cosine
+  EXPECT_DOUBLE_EQ(s.at(110), 0.1);
+  EXPECT_DOUBLE_EQ(s.at(500), 0.1);
+  for (int64_t i = 10; i < 110; ++i) EXPECT_GE(s.at(i), s.at(i + 1));
+}
+
+TEST(TrainConfig, JsonRoundTrip) {
+  TrainConfig c;
+  c.data_dir = "d";
+  c.lr = 1e-3;
+  c.optimizer = OptimizerKind::lamb;
+  c.precision = Precision::bf16;
+  TrainConfig back = TrainConfig::from_json(c.to_json(), "test");
+  EXPECT_EQ(back.to_json(), c.to_json());
+}
+
+TEST(TrainConfig, UnknownKeyAndWrongTypeNameTheKey) {
+  try {
+    TrainConfig::from_json({{"learning_rate", 1}}, "cfg.json");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("cfg.json: unknown key 'learning_rate'"), std::string::npos) << e.what();
+  }
+  try {
+    TrainConfig::from_json({{"lr", "fast"}}, "cfg.json");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("'lr'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(TrainConfig, ValidationNamesTheFlag) {
+  TrainConfig c;
+  c.data_dir = "d";
+  c.micro_batch = 0;
+  try {
+    c.validate();
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("--micro-batch"), std::string::npos);
+  }
+  EXPECT_THROW(parse_optimizer("sgd"), InputError);
+  EXPECT_THROW(parse_precision("fp8"), InputError);
+}
+
+}  // namespace
+}  // namespace gradbox::worker
