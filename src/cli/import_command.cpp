@@ -1,5 +1,6 @@
 // gradbox import: a Hugging Face folder becomes a run folder that `gradbox train` continues.
 #include "cli/commands.h"
+#include "common/error.h"
 #include "common/log.h"
 #include "worker/model_loader.h"
 

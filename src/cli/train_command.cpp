@@ -16,6 +16,11 @@ volatile std::sig_atomic_t g_stop_signal = 0;
 
 void on_stop_signal(int signal) { g_stop_signal = signal; }
 
+// A flag given twice takes its last value, so scripts can append overrides.
+CLI::Option* take_last(CLI::Option* option) {
+  return option->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+}
+
 // A flag bound to one TrainConfig field, applied only when given on the command line.
 class TrainFlags {
  public:
@@ -24,7 +29,7 @@ class TrainFlags {
   template <class T>
   void add(const std::string& name, T worker::TrainConfig::*field, const std::string& help) {
     auto value = std::make_shared<T>(defaults_.*field);
-    CLI::Option* opt = cmd_->add_option(name, *value, help)->capture_default_str();
+    CLI::Option* opt = take_last(cmd_->add_option(name, *value, help)->capture_default_str());
     appliers_.push_back([opt, value, field](worker::TrainConfig& c) {
       if (opt->count() > 0) c.*field = *value;
     });
@@ -34,7 +39,7 @@ class TrainFlags {
   void add_parsed(const std::string& name, T worker::TrainConfig::*field, const std::string& default_text,
                   std::function<T(const std::string&)> parse, const std::string& help) {
     auto text = std::make_shared<std::string>(default_text);
-    CLI::Option* opt = cmd_->add_option(name, *text, help)->capture_default_str();
+    CLI::Option* opt = take_last(cmd_->add_option(name, *text, help)->capture_default_str());
     appliers_.push_back([opt, text, field, parse](worker::TrainConfig& c) {
       if (opt->count() > 0) c.*field = parse(*text);
     });
@@ -95,7 +100,7 @@ void add_train_command(CLI::App& app) {
                                        "auto (bf16 on CUDA, fp32 on CPU), fp32, bf16 or fp16");
   flags->add("--threads", &worker::TrainConfig::threads, "CPU threads (0: cores / local workers)");
   flags->add("--local-workers", &worker::TrainConfig::local_workers, "gradbox processes sharing this machine");
-  cmd->add_option("--stop-at-step", *stop_at_step, "Stop after this step with a checkpoint, as if interrupted (0: never)");
+  take_last(cmd->add_option("--stop-at-step", *stop_at_step, "Stop after this step with a checkpoint, as if interrupted (0: never)"));
 
   cmd->callback([flags, config_file, stop_at_step] {
     worker::TrainConfig config;

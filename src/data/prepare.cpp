@@ -73,6 +73,11 @@ std::unique_ptr<tokenizer::Tokenizer> load_gpt2(const fs::path& dir) {
 
 std::string mb(int64_t bytes) { return str(static_cast<double>(bytes / 10000) / 100.0, " MB"); }
 
+std::string mb_per_s(int64_t bytes, double seconds) {
+  const double rate = static_cast<double>(bytes) / 1e6 / std::max(seconds, 1e-9);
+  return str(static_cast<double>(static_cast<int64_t>(rate * 10)) / 10.0, " MB/s");
+}
+
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
@@ -95,10 +100,8 @@ void clean_inputs(const std::vector<fs::path>& files, const PrepareOptions& opti
         last_log = Clock::now();
         const CleaningReport& r = cleaner.report();
         log.info(str("file ", i + 1, "/", files.size(), ": read ", r.total_docs(), " docs, ",
-                     mb(r.total_bytes()), " (",
-                     static_cast<int64_t>(static_cast<double>(r.total_bytes()) / 1e6 /
-                                          seconds_since(start)),
-                     " MB/s), kept ", r.docs_of(Verdict::kept)));
+                     mb(r.total_bytes()), " (", mb_per_s(r.total_bytes(), seconds_since(start)),
+                     "), kept ", r.docs_of(Verdict::kept)));
       }
     }
   }
@@ -313,10 +316,8 @@ PrepareReport prepare_dataset(const PrepareOptions& options) {
                report.split.train_docs, " docs), ", report.split.val_tokens, " val tokens (",
                report.split.val_docs, " docs), ", tok->kind(), " vocab ", tok->vocab_size(), ", ",
                dtype_name(dtype_for_vocab(tok->vocab_size())), ", in ",
-               static_cast<int64_t>(report.seconds * 10) / 10.0, " s (",
-               static_cast<int64_t>(static_cast<double>(report.cleaning.total_bytes()) / 1e6 /
-                                    std::max(report.seconds, 1e-9)),
-               " MB/s of input)"));
+               static_cast<double>(static_cast<int64_t>(report.seconds * 10)) / 10.0, " s (",
+               mb_per_s(report.cleaning.total_bytes(), report.seconds), " of input)"));
   return report;
 }
 

@@ -29,6 +29,40 @@ uint64_t shingle_hash(const std::array<uint64_t, kMaxShingleWords>& ring, size_t
   return h;
 }
 
+// Counts, for each of the 64 bit positions, how many features have that bit set. SWAR: lane
+// j holds the bits j, j+8, ..., j+56 of every feature in its 8 byte lanes, so one feature
+// costs 8 shift-mask-adds instead of 64 branches; lanes are flushed before a byte overflows.
+class BitCounter {
+ public:
+  void add(uint64_t feature) {
+    for (int j = 0; j < 8; ++j) lanes_[j] += (feature >> j) & 0x0101010101010101ULL;
+    if (++pending_ == 255) flush();
+    ++total_;
+  }
+  // Bits set in more than half of the features.
+  uint64_t majority() {
+    flush();
+    uint64_t fp = 0;
+    for (int b = 0; b < 64; ++b)
+      if (2 * ones_[b] > total_) fp |= uint64_t{1} << b;
+    return fp;
+  }
+
+ private:
+  void flush() {
+    for (int j = 0; j < 8; ++j) {
+      for (int i = 0; i < 8; ++i) ones_[8 * i + j] += (lanes_[j] >> (8 * i)) & 0xFF;
+      lanes_[j] = 0;
+    }
+    pending_ = 0;
+  }
+
+  std::array<uint64_t, 8> lanes_{};
+  std::array<int64_t, 64> ones_{};
+  int pending_ = 0;
+  int64_t total_ = 0;
+};
+
 int ceil_log2(int64_t n) {
   int bits = 0;
   while ((int64_t{1} << bits) < n) ++bits;
@@ -41,13 +75,11 @@ uint64_t simhash64(std::string_view text, int shingle_words) {
   GB_CHECK(shingle_words >= 1 && shingle_words <= kMaxShingleWords, "shingle_words ",
            shingle_words);
   const auto k = static_cast<size_t>(shingle_words);
-  std::array<int32_t, 64> votes{};
+  BitCounter counter;
   std::array<uint64_t, kMaxShingleWords> ring{};
   size_t newest = k - 1;
   size_t words = 0;
-  auto vote = [&](uint64_t feature) {
-    for (int b = 0; b < 64; ++b) votes[b] += ((feature >> b) & 1) ? 1 : -1;
-  };
+  auto vote = [&](uint64_t feature) { counter.add(feature); };
   for_each_word(text, [&](std::string_view w) {
     newest = (newest + 1) % k;
     ring[newest] = checksum64(w.data(), w.size());
@@ -57,10 +89,7 @@ uint64_t simhash64(std::string_view text, int shingle_words) {
   });
   if (words == 0) return 0;
   if (words < k) vote(shingle_hash(ring, k, newest, words));
-  uint64_t fp = 0;
-  for (int b = 0; b < 64; ++b)
-    if (votes[b] > 0) fp |= uint64_t{1} << b;
-  return fp;
+  return counter.majority();
 }
 
 SimHashIndex::SimHashIndex(int threshold, int64_t capacity)

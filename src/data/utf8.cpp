@@ -169,17 +169,15 @@ constexpr std::array<CodePointInfo, 128> make_ascii_table() {
   }
   return table;
 }
-constexpr std::array<CodePointInfo, 128> kAscii = make_ascii_table();
-
 }  // namespace
 
-char32_t decode(std::string_view text, size_t& pos) {
+namespace detail {
+
+const std::array<CodePointInfo, 128> kAsciiInfo = make_ascii_table();
+
+char32_t decode_multibyte(std::string_view text, size_t& pos) {
   const auto* p = reinterpret_cast<const unsigned char*>(text.data());
   const unsigned char b0 = p[pos];
-  if (b0 < 0x80) {
-    ++pos;
-    return b0;
-  }
   size_t len;
   char32_t cp;
   char32_t min;
@@ -213,6 +211,8 @@ char32_t decode(std::string_view text, size_t& pos) {
   return cp;
 }
 
+}  // namespace detail
+
 int64_t count_code_points(std::string_view text) {
   int64_t count = 0;
   size_t pos = 0;
@@ -245,9 +245,10 @@ void append(std::string& out, char32_t cp) {
   }
 }
 
-CodePointInfo classify(char32_t cp) {
-  if (cp < 0x80) return kAscii[cp];
-  if (cp >= 0xFF01 && cp <= 0xFF5E) return kAscii[cp - 0xFEE0];  // fullwidth ASCII
+namespace detail {
+
+CodePointInfo classify_non_ascii(char32_t cp) {
+  if (cp >= 0xFF01 && cp <= 0xFF5E) return kAsciiInfo[cp - 0xFEE0];  // fullwidth ASCII
   const auto* end = std::end(kRanges);
   const auto* it = std::upper_bound(std::begin(kRanges), end, cp,
                                     [](char32_t c, const Range& r) { return c < r.lo; });
@@ -257,8 +258,7 @@ CodePointInfo classify(char32_t cp) {
   return {it->cls, it->script};
 }
 
-char32_t fold_case(char32_t cp) {
-  if (cp < 0x80) return (cp >= 'A' && cp <= 'Z') ? cp + 0x20 : cp;
+char32_t fold_non_ascii(char32_t cp) {
   if (cp < 0x100) return (cp >= 0xC0 && cp <= 0xDE && cp != 0xD7) ? cp + 0x20 : cp;
   if (cp < 0x180) {  // Latin Extended-A: mostly upper/lower pairs
     if (cp == 0x178) return 0xFF;  // Ÿ
@@ -294,5 +294,7 @@ char32_t fold_case(char32_t cp) {
   }
   return cp;
 }
+
+}  // namespace detail
 
 }  // namespace gradbox::data::utf8

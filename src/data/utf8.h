@@ -3,6 +3,7 @@
 // Not a Unicode database: it knows the blocks that matter for web-scale prose (Latin with its
 // extensions, Greek, Cyrillic, CJK, plus coarse "letter" ranges for other scripts), which is
 // enough to compute letter / special-character ratios and the share of a script.
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -12,11 +13,22 @@ namespace gradbox::data::utf8 {
 
 constexpr char32_t kReplacement = 0xFFFD;
 
+namespace detail {
+char32_t decode_multibyte(std::string_view text, size_t& pos);
+}  // namespace detail
+
 // Decodes the code point that starts at text[pos] and advances pos past it. Invalid input
 // (stray continuation byte, truncated or overlong sequence, surrogate, > U+10FFFF) yields
 // kReplacement and consumes exactly one byte, so decoding never stalls and never reads past
-// the end.
-char32_t decode(std::string_view text, size_t& pos);
+// the end. Inline for the ASCII case: the filters call it once per character.
+inline char32_t decode(std::string_view text, size_t& pos) {
+  const auto b = static_cast<unsigned char>(text[pos]);
+  if (b < 0x80) {
+    ++pos;
+    return b;
+  }
+  return detail::decode_multibyte(text, pos);
+}
 
 // Number of decode() steps over the text: the "characters" of the length filter.
 int64_t count_code_points(std::string_view text);
@@ -36,12 +48,23 @@ struct CodePointInfo {
   Script script;
 };
 
-CodePointInfo classify(char32_t cp);
+namespace detail {
+extern const std::array<CodePointInfo, 128> kAsciiInfo;
+CodePointInfo classify_non_ascii(char32_t cp);
+char32_t fold_non_ascii(char32_t cp);
+}  // namespace detail
+
+inline CodePointInfo classify(char32_t cp) {
+  return cp < 0x80 ? detail::kAsciiInfo[cp] : detail::classify_non_ascii(cp);
+}
 
 // Simple one-to-one case folding for Latin (ASCII, Latin-1, Extended-A, Extended Additional),
 // Greek and Cyrillic; also folds Greek final sigma to sigma and Cyrillic "ё" to "е", so that
 // stop words and near-duplicate shingles match however the text spells them. Other code points
 // are returned unchanged.
-char32_t fold_case(char32_t cp);
+inline char32_t fold_case(char32_t cp) {
+  if (cp < 0x80) return (cp >= 'A' && cp <= 'Z') ? cp + 0x20 : cp;
+  return detail::fold_non_ascii(cp);
+}
 
 }  // namespace gradbox::data::utf8

@@ -19,7 +19,12 @@ void for_each_word(std::string_view text, Fn&& fn) {
     const char32_t cp = utf8::decode(text, pos);
     const utf8::CharClass cls = utf8::classify(cp).cls;
     if (cls == utf8::CharClass::letter || cls == utf8::CharClass::digit) {
-      utf8::append(word, utf8::fold_case(cp));
+      const char32_t folded = utf8::fold_case(cp);
+      if (folded < 0x80) {
+        word.push_back(static_cast<char>(folded));
+      } else {
+        utf8::append(word, folded);
+      }
     } else if (!word.empty()) {
       if (!fn(std::string_view(word))) return;
       word.clear();

@@ -260,7 +260,9 @@ std::shared_ptr<CausalLM> import_hf(const fs::path& dir) {
   const ModelConfig config = config_from_hf(hf, config_path.string());
   auto weights = load_weights(dir);
   auto model = make_model(config, /*seed=*/0);  // every parameter is overwritten below
-  model->load_hf_state_dict(weights, (dir / "model.safetensors").string());
+  const fs::path single = dir / "model.safetensors";
+  const fs::path where = fs::exists(single) ? single : dir / "model.safetensors.index.json";
+  model->load_hf_state_dict(weights, where.string());
   return model;
 }
 

@@ -205,9 +205,11 @@ void prune_checkpoints(const fs::path& run_dir, int64_t keep) {
   if (!fs::is_directory(root)) return;
   for (const auto& entry : fs::directory_iterator(root))
     if (entry.path().filename().string().find(".tmp.") != std::string::npos) fs::remove_all(entry.path());
+  // Only folders with a manifest count towards `keep` (checksums were verified when written);
+  // a folder without one is the remnant of a broken write and is removed with the old ones.
   int64_t kept = 0;
   for (const auto& [step, dir] : list_checkpoints(run_dir)) {
-    if (kept++ < keep) continue;
+    if (fs::exists(dir / "manifest.json") && kept++ < keep) continue;
     logger().info(str("removing old checkpoint ", dir.string()));
     fs::remove_all(dir);
   }

@@ -64,7 +64,8 @@ fs::path resolve_checkpoint(const fs::path& run_or_checkpoint);
 void restore_parameters(const CheckpointData& data, FlatParameters& flat, const fs::path& where);
 void restore_rng(const CheckpointData& data);
 
-// Keeps the newest `keep` checkpoint folders; removes older ones and unfinished *.tmp.* folders.
+// Keeps the newest `keep` checkpoint folders that have a manifest; removes older ones,
+// manifest-less ones and unfinished *.tmp.* folders.
 void prune_checkpoints(const fs::path& run_dir, int64_t keep);
 
 }  // namespace gradbox::worker

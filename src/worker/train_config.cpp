@@ -1,7 +1,5 @@
 #include "worker/train_config.h"
 
-#include <set>
-
 #include "common/error.h"
 
 namespace gradbox::worker {
@@ -93,13 +91,9 @@ nlohmann::json TrainConfig::to_json() const {
 TrainConfig TrainConfig::from_json(const nlohmann::json& j, const std::string& where) {
   GB_REQUIRE(j.is_object(), where, ": a train config must be a JSON object");
   TrainConfig c;
-  const std::set<std::string> known = [&] {
-    std::set<std::string> keys;
-    for (const auto& [key, value] : c.to_json().items()) keys.insert(key);
-    return keys;
-  }();
+  const nlohmann::json defaults = c.to_json();  // its keys are the known keys
   for (const auto& [key, value] : j.items())
-    GB_REQUIRE(known.count(key), where, ": unknown key '", key, "'");
+    GB_REQUIRE(defaults.contains(key), where, ": unknown key '", key, "'");
   auto get = [&](const char* key, auto& field) {
     if (!j.contains(key)) return;
     try {

@@ -90,10 +90,11 @@ Trainer::Trainer(TrainConfig config) : config_(std::move(config)) {
   train_file_.emplace(data::TokenFile::open(data_info_, "train"));
   if (data_info_.val_tokens > 0) val_file_.emplace(data::TokenFile::open(data_info_, "val"));
 
+  // LibTorch seeds its default generator from the OS: seed it, or dropout differs run to run.
+  torch::manual_seed(config_.seed);
   if (config_.init_from.empty()) {
     model_ = model::make_model(resolve_model_config(config_, data_info_), config_.seed);
   } else {
-    torch::manual_seed(config_.seed);
     model_ = model::import_hf(config_.init_from);
     GB_REQUIRE(model_->config().vocab_size >= data_info_.vocab_size, "--init-from ", config_.init_from.string(),
                ": vocab_size ", model_->config().vocab_size, " is smaller than the data's ", data_info_.vocab_size);

@@ -165,6 +165,19 @@ TEST(Attention, GroupedQueryMatchesRepeatedHeadsReference) {
   }
 }
 
+TEST(Attention, GroupedQueryWithDropoutMatchesTorchsOwnGqa) {
+  // With dropout torch picks the math kernel, so causal_attention repeats the kv heads itself;
+  // torch's enable_gqa path must give the same result from the same RNG stream.
+  torch::manual_seed(0);
+  torch::Tensor q = torch::randn({2, 6, 9, 8}), k = torch::randn({2, 2, 9, 8}), v = torch::randn({2, 2, 9, 8});
+  torch::manual_seed(1);
+  torch::Tensor ours = causal_attention(q, k, v, 0.3);
+  torch::manual_seed(1);
+  torch::Tensor torchs = at::scaled_dot_product_attention(q, k, v, {}, 0.3, /*is_causal=*/true,
+                                                          std::nullopt, /*enable_gqa=*/true);
+  EXPECT_TRUE(torch::allclose(ours, torchs, 1e-6, 1e-6));
+}
+
 TEST(CausalLM, GroupedQueryShapes) {
   ModelConfig c = ModelConfig::preset("llama-tiny");  // 4 query heads, 2 kv heads, hs 16
   auto model = make_model(c, 1);

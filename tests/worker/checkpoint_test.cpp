@@ -114,8 +114,9 @@ TEST_F(CheckpointTest, UnfinishedFoldersAreIgnoredAndPruned) {
   save(6);
   prune_checkpoints(run_, 1);
   EXPECT_FALSE(fs::exists(partial));
-  EXPECT_TRUE(fs::exists(checkpoint_root(run_) / "step_00000007"));  // newest by step is kept...
-  EXPECT_EQ(find_latest_checkpoint(run_)->filename(), "step_00000006");  // ...but never loaded
+  EXPECT_FALSE(fs::exists(no_manifest));  // garbage, not a checkpoint that counts as kept
+  EXPECT_FALSE(fs::exists(checkpoint_root(run_) / "step_00000005"));
+  EXPECT_EQ(find_latest_checkpoint(run_)->filename(), "step_00000006");
 }
 
 TEST_F(CheckpointTest, MismatchedModelIsRefused) {
