@@ -8,7 +8,7 @@ scripts/setup.sh
 
 GRADBOX=build/src/cli/gradbox
 OUT=${GRADBOX_DEMO_DIR:-out/demo}
-STEPS=${GRADBOX_DEMO_STEPS:-300}
+STEPS=${GRADBOX_DEMO_STEPS:-200}
 mkdir -p "$OUT"
 
 # One verse per line, without the "Ge1:1" references.
@@ -19,8 +19,8 @@ bible -f "Gen1:1-Rev22:21" | sed -E 's/^[^ ]+ //' > "$OUT/kjv.txt"
 
 rm -rf "$OUT/run"
 "$GRADBOX" train --data "$OUT/data" --out "$OUT/run" --model gpt2-mini --block-size 128 \
-  --micro-batch 16 --max-steps "$STEPS" --lr 2e-3 --min-lr 2e-4 --warmup-steps 20 \
-  --eval-interval 50 --eval-batches 8 --checkpoint-interval 100 --log-interval 10
+  --micro-batch 8 --max-steps "$STEPS" --lr 2e-3 --min-lr 2e-4 --warmup-steps 20 \
+  --eval-interval 50 --eval-batches 4 --checkpoint-interval 100 --log-interval 10
 
 echo
 echo "== loss (from $OUT/run/metrics.jsonl) =="
