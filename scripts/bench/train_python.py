@@ -40,7 +40,7 @@ class GPT(nn.Module):
         x = s.wte(idx) + s.wpe(torch.arange(idx.shape[1]))
         for b in s.h: x = b(x)
         logits = F.linear(s.ln_f(x), s.wte.weight)  # tied head
-        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
 
 model = GPT()
 decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "wte" not in n and "wpe" not in n]

@@ -5,9 +5,9 @@
 //          -> train.bin / val.bin (token_shards.h) -> tokenizer/, report.json, meta.json
 //
 // With --tokenizer gpt2 that is one pass. With --tokenizer bpe the first pass cleans into a
-// scratch spool of exact documents plus a one-document-per-line corpus for the BPE trainer
-// (newlines inside a document become spaces there: the trainer reads lines, and only the
-// statistics matter to it); the BPE is trained on that corpus, and the second pass tokenizes
+// scratch spool of exact documents plus a one-document-per-line corpus of the same kept
+// documents for the BPE trainer (newlines inside a document become spaces there: the trainer
+// reads lines, and only the statistics matter to it); the BPE is trained on that corpus, and the second pass tokenizes
 // the spool, so cleaning runs once and the token files hold the documents' real newlines.
 // Scratch space is about twice the cleaned text, in DIR/.prepare.tmp.<pid>/.
 // The output folder follows Note [prepared folder protocol] (output_folder.h).

@@ -20,18 +20,29 @@ struct RunResult {
 
 std::string quote(const std::string& s) {
   std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
+  for (char c : s) {
+    if (c == '\'') {
+      q.append("'\\''");
+    } else {
+      q.push_back(c);
+    }
+  }
+  q.push_back('\'');
+  return q;
 }
 
-// Runs the gradbox binary with the arguments through /bin/sh; stdin from `input` if given.
+// Runs the gradbox binary with the arguments through /bin/sh, standard input from stdin_file.
 RunResult run_gradbox(const ScratchDir& dir, const std::vector<std::string>& args,
                       const std::string& stdin_file = "/dev/null") {
-  std::string cmd = quote(GRADBOX_BINARY);
-  for (const auto& a : args) cmd += " " + quote(a);
   const fs::path err = dir / "stderr.txt";
-  cmd += " < " + quote(stdin_file) + " > " + quote((dir / "stdout.txt").string()) + " 2> " +
-         quote(err.string());
+  std::vector<std::string> words = {quote(GRADBOX_BINARY)};
+  for (const auto& a : args) words.push_back(quote(a));
+  for (const std::string& w : {std::string("<"), quote(stdin_file), std::string(">"),
+                               quote((dir / "stdout.txt").string()), std::string("2>"),
+                               quote(err.string())})
+    words.push_back(w);
+  std::string cmd;
+  for (const auto& w : words) cmd.append(cmd.empty() ? "" : " ").append(w);
   const int status = std::system(cmd.c_str());
   RunResult r;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
