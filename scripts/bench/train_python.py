@@ -43,6 +43,10 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
 
 model = GPT()
+for n, p in model.named_parameters():  # gradbox's (nanoGPT's) init, so both run the same numbers
+    if n.endswith("bias"): nn.init.zeros_(p)
+    elif "ln_" in n: nn.init.ones_(p)
+    else: nn.init.normal_(p, 0.0, 0.02 / (math.sqrt(2 * a.layers) if n.endswith("proj.weight") else 1.0))
 decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "wte" not in n and "wpe" not in n]
 no_decay = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "wte" not in n and "wpe" not in n)]
 opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],

@@ -4,7 +4,7 @@
 #include <csignal>
 
 #include "cli/commands.h"
-#include "common/atomic_file.h"
+#include "common/json_file.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "worker/trainer.h"
@@ -105,13 +105,7 @@ void add_train_command(CLI::App& app) {
   cmd->callback([flags, config_file, stop_at_step] {
     worker::TrainConfig config;
     if (!config_file->empty()) {
-      nlohmann::json j;
-      try {
-        j = nlohmann::json::parse(read_file(*config_file));
-      } catch (const nlohmann::json::exception& e) {
-        throw InputError(str("--config ", *config_file, ": not valid JSON: ", e.what()));
-      }
-      config = worker::TrainConfig::from_json(j, *config_file);
+      config = worker::TrainConfig::from_json(read_json_file(*config_file), *config_file);
     }
     flags->apply(config);
 

@@ -4,6 +4,7 @@
 
 #include "common/atomic_file.h"
 #include "common/error.h"
+#include "common/json_file.h"
 #include "model/safetensors.h"
 
 namespace gradbox::model {
@@ -255,8 +256,7 @@ void export_hf(const CausalLM& model, const fs::path& dir) {
 std::shared_ptr<CausalLM> import_hf(const fs::path& dir) {
   const fs::path config_path = dir / "config.json";
   GB_REQUIRE(fs::exists(config_path), dir.string(), ": no config.json: not a Hugging Face model folder");
-  const auto hf = nlohmann::json::parse(read_file(config_path), nullptr, false);
-  GB_REQUIRE(!hf.is_discarded(), config_path.string(), ": not valid JSON");
+  const auto hf = read_json_file(config_path);
   const ModelConfig config = config_from_hf(hf, config_path.string());
   auto weights = load_weights(dir);
   auto model = make_model(config, /*seed=*/0);  // every parameter is overwritten below

@@ -8,6 +8,7 @@
 #include "common/atomic_file.h"
 #include "common/checksum.h"
 #include "common/error.h"
+#include "common/json_file.h"
 #include "common/log.h"
 #include "model/safetensors.h"
 
@@ -43,14 +44,6 @@ std::vector<std::pair<int64_t, fs::path>> list_checkpoints(const fs::path& run_d
   }
   std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   return found;
-}
-
-nlohmann::json read_json(const fs::path& path) {
-  try {
-    return nlohmann::json::parse(read_file(path));
-  } catch (const nlohmann::json::exception& e) {
-    throw InputError(str(path.string(), ": not valid JSON: ", e.what()));
-  }
 }
 
 }  // namespace
@@ -104,7 +97,7 @@ fs::path save_checkpoint(const fs::path& run_dir, const CheckpointState& state, 
 void verify_checkpoint(const fs::path& dir) {
   const fs::path manifest_path = dir / "manifest.json";
   GB_REQUIRE(fs::exists(manifest_path), manifest_path.string(), ": missing (an unfinished checkpoint?)");
-  const nlohmann::json manifest = read_json(manifest_path);
+  const nlohmann::json manifest = read_json_file(manifest_path);
   GB_REQUIRE(manifest.value("format", "") == kFormat, manifest_path.string(), ": not a gradbox checkpoint manifest");
   GB_REQUIRE(manifest.value("version", 0) == kVersion, manifest_path.string(), ": unsupported version ",
              manifest.value("version", 0), " (this gradbox reads version ", kVersion, ")");
@@ -149,7 +142,7 @@ CheckpointData load_checkpoint(const fs::path& run_or_checkpoint) {
   const fs::path dir = resolve_checkpoint(run_or_checkpoint);
   CheckpointData data;
   const fs::path state_path = dir / "state.json";
-  const nlohmann::json state = read_json(state_path);
+  const nlohmann::json state = read_json_file(state_path);
   try {
     data.state.step = state.at("step").get<int64_t>();
     data.state.tokens = state.at("tokens").get<int64_t>();

@@ -6,6 +6,7 @@
 
 #include "common/atomic_file.h"
 #include "common/error.h"
+#include "common/json_file.h"
 #include "common/log.h"
 #include "model/hf.h"
 #include "worker/checkpoint.h"
@@ -41,14 +42,6 @@ std::string format_number(double value, const char* format) {
 nlohmann::json identity(nlohmann::json model_config) {
   model_config.erase("dropout");
   return model_config;
-}
-
-nlohmann::json read_json_file(const std::filesystem::path& path) {
-  try {
-    return nlohmann::json::parse(read_file(path));
-  } catch (const nlohmann::json::exception& e) {
-    throw InputError(str(path.string(), ": not valid JSON: ", e.what()));
-  }
 }
 
 // The run keeps its own copy of the tokenizer so that `sample` and `export` need only the run.
