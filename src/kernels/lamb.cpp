@@ -10,6 +10,13 @@ SquaredNorms lamb_moments_cpu(const float* param, const float* grad, float* exp_
   const double bias_correction2 = 1.0 - std::pow(static_cast<double>(s.beta2), static_cast<double>(s.step));
   const float inv_bc1 = static_cast<float>(1.0 / bias_correction1);
   const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bias_correction2));
+  // Locals and restrict pointers, as in adamw.cpp, so GCC vectorises the loop.
+  const float beta1 = s.beta1, beta2 = s.beta2, eps = s.eps, wd = s.weight_decay, grad_scale = s.grad_scale;
+  const float* __restrict__ p = param;
+  const float* __restrict__ g_in = grad;
+  float* __restrict__ m_io = exp_avg;
+  float* __restrict__ v_io = exp_avg_sq;
+  float* __restrict__ u_out = update;
   SquaredNorms norms;
   // float partial sums per block keep the loop vectorisable; blocks are summed in double.
   constexpr int64_t kBlock = 4096;
@@ -18,14 +25,14 @@ SquaredNorms lamb_moments_cpu(const float* param, const float* grad, float* exp_
     float param_sq = 0.f;
     float update_sq = 0.f;
     for (int64_t i = start; i < end; ++i) {
-      const float g = grad[i] * s.grad_scale;
-      const float m = s.beta1 * exp_avg[i] + (1.f - s.beta1) * g;
-      const float v = s.beta2 * exp_avg_sq[i] + (1.f - s.beta2) * g * g;
-      exp_avg[i] = m;
-      exp_avg_sq[i] = v;
-      const float u = m * inv_bc1 / (std::sqrt(v) * inv_sqrt_bc2 + s.eps) + s.weight_decay * param[i];
-      update[i] = u;
-      param_sq += param[i] * param[i];
+      const float g = g_in[i] * grad_scale;
+      const float m = beta1 * m_io[i] + (1.f - beta1) * g;
+      const float v = beta2 * v_io[i] + (1.f - beta2) * g * g;
+      m_io[i] = m;
+      v_io[i] = v;
+      const float u = m * inv_bc1 / (std::sqrt(v) * inv_sqrt_bc2 + eps) + wd * p[i];
+      u_out[i] = u;
+      param_sq += p[i] * p[i];
       update_sq += u * u;
     }
     norms.param += param_sq;
