@@ -16,6 +16,7 @@ p.add_argument("--batch", type=int); p.add_argument("--steps", type=int); p.add_
 p.add_argument("--threads", type=int); p.add_argument("--fused", action="store_true")
 a = p.parse_args()
 torch.set_num_threads(a.threads); torch.manual_seed(0)
+torch.set_flush_denormal(True)  # as gradbox does on CPU: both sides skip the slow denormal path
 
 class Block(nn.Module):
     def __init__(s, d, h):
