@@ -8,7 +8,7 @@ scripts/setup.sh
 
 GRADBOX=build/src/cli/gradbox
 OUT=${GRADBOX_DEMO_DIR:-out/demo}
-STEPS=${GRADBOX_DEMO_STEPS:-200}
+STEPS=${GRADBOX_DEMO_STEPS:-500}
 mkdir -p "$OUT"
 
 # One verse per line, without the "Ge1:1" references.
