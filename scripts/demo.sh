@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 
-GRADBOX=build/src/cli/gradbox
+GRADBOX=build/bin/gradbox
 OUT=${GRADBOX_DEMO_DIR:-out/demo}
 STEPS=${GRADBOX_DEMO_STEPS:-500}
 mkdir -p "$OUT"

@@ -5,7 +5,7 @@
 #   scripts/bench/train_vs_python.sh            (needs ../shared/data/gpt2 or GPT2_DIR)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-G=build/src/cli/gradbox
+G=build/bin/gradbox
 PY=.venv/bin/python
 GPT2_DIR=${GPT2_DIR:-../shared/data/gpt2}
 REPEATS=${REPEATS:-3}

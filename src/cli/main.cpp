@@ -1,17 +1,39 @@
 // gradbox: one executable, one subcommand per job. This file only parses the command line,
 // sets up logging and maps exceptions to exit codes; the work lives in the libraries.
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <iostream>
+#include <string>
 
 #include "cli/commands.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "worker/sidecar.h"
+
+namespace {
+
+// `gradbox sync ...` is the torch-free gradbox-sync program: exec it rather than keep
+// LibTorch's few hundred MB mapped in a process that only copies files.
+int exec_syncer(int argc, char** argv) {
+  const std::string path = gradbox::worker::sibling_executable("gradbox-sync").string();
+  std::string name = "gradbox-sync";
+  argv[1] = name.data();
+  ::execv(path.c_str(), argv + 1);
+  std::cerr << "gradbox: error: cannot run " << path << ": " << std::strerror(errno) << "\n";
+  return 2;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   // Before any thread pool starts: idle OpenMP threads must sleep, not spin, or several
   // workers on one machine steal each other's cores (a step measured 2.6x slower).
   ::setenv("OMP_WAIT_POLICY", "PASSIVE", /*overwrite=*/0);
+  if (argc >= 2 && std::string(argv[1]) == "sync") return exec_syncer(argc, argv);
 
   CLI::App app{"gradbox: train language models on machines that share only a folder"};
   app.require_subcommand(1);

@@ -1,12 +1,17 @@
 // gradbox train: flags map onto worker::TrainConfig; a --config JSON file gives the base and
 // flags given on the command line override it. SIGINT/SIGTERM stop the run at the next step
 // boundary with a checkpoint, so the same command resumes it.
+#include <unistd.h>
+
 #include <csignal>
+#include <sstream>
 
 #include "cli/commands.h"
 #include "common/json_file.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "exchange/folder_exchange.h"
+#include "worker/sidecar.h"
 #include "worker/trainer.h"
 
 namespace gradbox::cli {
@@ -57,6 +62,105 @@ class TrainFlags {
 
 std::filesystem::path to_path(const std::string& text) { return text; }
 
+// Flags of a many-worker run through a shared folder (see Note [Round agreement]).
+struct SharedFlags {
+  std::string shared;  // a folder, or an rclone remote "name:path"
+  std::string local;   // the syncer's local mirror (default: <out>/sync)
+  std::string worker;
+  std::string peers;   // every worker's name, comma-separated
+  std::string run_id;
+  std::string pattern = "all-gather";
+  std::string codec = "fp16";
+  int zstd_level = 1;
+  uint32_t shards = 0;
+  double contribution_timeout = 30;
+  double failover_timeout = 60;
+  double give_up_timeout = 900;
+  int64_t fingerprint_interval = 10;
+  int64_t gc_window = 8;
+  std::string syncer = "auto";  // auto: start gradbox-sync as a sidecar; none: run it yourself
+  std::string sync_backend = "mounted";
+  std::string sync_args;        // extra gradbox-sync flags, space-separated (simulator settings)
+};
+
+std::vector<std::string> split(const std::string& text, char sep) {
+  std::vector<std::string> parts;
+  std::string part;
+  std::istringstream in(text);
+  while (std::getline(in, part, sep))
+    if (!part.empty()) parts.push_back(part);
+  return parts;
+}
+
+void add_shared_flags(CLI::App* cmd, SharedFlags& f) {
+  cmd->add_option("--shared", f.shared, "Shared folder (or rclone remote name:path) of a many-worker run");
+  cmd->add_option("--local", f.local, "Local mirror of the shared folder (default: <out>/sync)");
+  cmd->add_option("--worker", f.worker, "This worker's name (letters, digits, - and _)");
+  cmd->add_option("--peers", f.peers, "Every worker's name, comma-separated, this one included");
+  cmd->add_option("--run-id", f.run_id, "Run identity carried by every file (default: the shared folder's name)");
+  cmd->add_option("--exchange", f.pattern, "all-gather (everyone downloads everything) or sharded (owners reduce slices)")
+      ->capture_default_str();
+  cmd->add_option("--codec", f.codec, "Gradient codec: fp32, fp16, bf16 or int8 (+zstd)")->capture_default_str();
+  cmd->add_option("--zstd-level", f.zstd_level, "zstd level of the codec")->capture_default_str();
+  cmd->add_option("--shards", f.shards, "Shards per gradient (0: 1 for all-gather, one per worker for sharded)");
+  cmd->add_option("--contribution-timeout", f.contribution_timeout, "Seconds an owner waits for missing contributions")
+      ->capture_default_str();
+  cmd->add_option("--failover-timeout", f.failover_timeout, "Seconds before the next owner takes over a shard")
+      ->capture_default_str();
+  cmd->add_option("--give-up-timeout", f.give_up_timeout, "Seconds after which a round with no agreement is an error")
+      ->capture_default_str();
+  cmd->add_option("--fingerprint-interval", f.fingerprint_interval, "Rounds between replica fingerprints (0: never)")
+      ->capture_default_str();
+  cmd->add_option("--gc-window", f.gc_window, "Rounds of files kept behind the newest applied one")->capture_default_str();
+  cmd->add_option("--syncer", f.syncer, "auto (start gradbox-sync beside the worker) or none")->capture_default_str();
+  cmd->add_option("--sync-backend", f.sync_backend, "mounted, rclone or sim (the cloud-folder simulator)")
+      ->capture_default_str();
+  cmd->add_option("--sync-args", f.sync_args, "Extra gradbox-sync flags, space-separated (e.g. simulator settings)");
+}
+
+exchange::FolderExchangeConfig exchange_config(const SharedFlags& f, const worker::TrainConfig& train,
+                                               worker::Trainer& trainer, const std::filesystem::path& local) {
+  exchange::FolderExchangeConfig c;
+  c.run_id = f.run_id.empty() ? std::filesystem::path(f.shared.substr(f.shared.find(':') + 1)).filename().string()
+                              : f.run_id;
+  GB_REQUIRE(!c.run_id.empty(), "--run-id: cannot derive one from --shared ", f.shared, "; give it");
+  c.model_fingerprint = worker::model_fingerprint(trainer.model().config());
+  c.worker = f.worker;
+  c.members = split(f.peers, ',');
+  c.local_dir = local;
+  c.pattern = exchange::parse_pattern(f.pattern);
+  c.shard_count = f.shards;
+  try {
+    c.codec = codec::default_options(codec::parse_codec(f.codec));
+  } catch (const InputError& e) {
+    throw InputError(str("--codec ", f.codec, ": ", e.what()));
+  }
+  c.codec.zstd_level = f.zstd_level;
+  c.codec.threads = static_cast<int>(std::max<int64_t>(1, train.threads));
+  c.contribution_timeout_s = f.contribution_timeout;
+  c.failover_timeout_s = f.failover_timeout;
+  c.give_up_timeout_s = f.give_up_timeout;
+  c.fingerprint_interval = f.fingerprint_interval;
+  c.gc_window = f.gc_window;
+  return c;
+}
+
+std::unique_ptr<worker::Sidecar> start_syncer(const SharedFlags& f, const std::filesystem::path& local,
+                                              exchange::ExchangePattern pattern) {
+  GB_REQUIRE(f.syncer == "auto" || f.syncer == "none", "--syncer ", f.syncer, ": auto or none");
+  if (f.syncer == "none") return nullptr;
+  std::vector<std::string> argv{worker::sibling_executable("gradbox-sync").string(),
+                                "--shared", f.shared, "--local", local.string(), "--worker", f.worker,
+                                "--backend", f.sync_backend, "--parent-pid", std::to_string(::getpid())};
+  // Sharded: contributions go to their shard's owner only; others never download them.
+  if (pattern == exchange::ExchangePattern::sharded) {
+    argv.push_back("--on-demand-prefix");
+    argv.push_back("g-");
+  }
+  for (const std::string& arg : split(f.sync_args, ' ')) argv.push_back(arg);
+  return std::make_unique<worker::Sidecar>(argv, local / "syncer.log");
+}
+
 }  // namespace
 
 void add_train_command(CLI::App& app) {
@@ -101,21 +205,50 @@ void add_train_command(CLI::App& app) {
   flags->add("--threads", &worker::TrainConfig::threads, "CPU threads (0: cores / local workers)");
   flags->add("--local-workers", &worker::TrainConfig::local_workers, "gradbox processes sharing this machine");
   take_last(cmd->add_option("--stop-at-step", *stop_at_step, "Stop after this step with a checkpoint, as if interrupted (0: never)"));
+  flags->add("--emulate-workers", &worker::TrainConfig::emulate_workers,
+             "One process on the union of workers' batches, name:micro_batch,... (the cluster reference)");
+  auto shared = std::make_shared<SharedFlags>();
+  add_shared_flags(cmd, *shared);
 
-  cmd->callback([flags, config_file, stop_at_step] {
+  cmd->callback([flags, config_file, stop_at_step, shared] {
     worker::TrainConfig config;
     if (!config_file->empty()) {
       config = worker::TrainConfig::from_json(read_json_file(*config_file), *config_file);
     }
     flags->apply(config);
+    const bool many = !shared->shared.empty();
+    GB_REQUIRE(many || shared->worker.empty(), "--worker: needs --shared");
+    if (many) {
+      GB_REQUIRE(!shared->worker.empty(), "--worker: required with --shared");
+      GB_REQUIRE(!shared->peers.empty(), "--peers: required with --shared (every worker's name)");
+      config.worker = shared->worker;
+    }
 
     worker::Trainer trainer(config);
+    std::unique_ptr<worker::Sidecar> syncer;
+    if (many) {
+      const std::filesystem::path local = shared->local.empty() ? config.out_dir / "sync" : std::filesystem::path(shared->local);
+      exchange::FolderExchangeConfig exchange = exchange_config(*shared, config, trainer, local);
+      const exchange::ExchangePattern pattern = exchange.pattern;
+      // A run's folder is made by whoever comes first (an rclone remote makes its own).
+      if (shared->sync_backend != "rclone") std::filesystem::create_directories(shared->shared);
+      syncer = start_syncer(*shared, local, pattern);
+      worker::Sidecar* sidecar = syncer.get();
+      exchange.check_alive = [sidecar, local] {
+        if (sidecar && !sidecar->running())
+          throw std::runtime_error(str("the syncer (gradbox-sync) exited; see ", (local / "syncer.log").string()));
+      };
+      trainer.attach_exchange(exchange::make_folder_exchange(std::move(exchange)));
+    }
     std::signal(SIGINT, on_stop_signal);
     std::signal(SIGTERM, on_stop_signal);
     const int64_t stop_at = *stop_at_step;
-    worker::TrainSummary summary = trainer.run([stop_at](int64_t step) {
+    worker::Sidecar* sidecar = syncer.get();
+    worker::TrainSummary summary = trainer.run([stop_at, sidecar](int64_t step) {
+      if (sidecar && !sidecar->running()) throw std::runtime_error("the syncer (gradbox-sync) exited; see its log");
       return g_stop_signal != 0 || (stop_at > 0 && step >= stop_at);
     });
+    if (syncer) syncer->stop();
     std::signal(SIGINT, SIG_DFL);
     std::signal(SIGTERM, SIG_DFL);
     log::Logger("train").info(str("done: steps ", summary.start_step, " -> ", summary.end_step, ", last loss ",

@@ -1,5 +1,7 @@
 #include "worker/train_config.h"
 
+#include <algorithm>
+
 #include "common/error.h"
 
 namespace gradbox::worker {
@@ -52,6 +54,32 @@ void TrainConfig::validate() const {
   GB_REQUIRE(log_interval >= 1, "--log-interval: must be >= 1, got ", log_interval);
   GB_REQUIRE(threads >= 0, "--threads: must be >= 0, got ", threads);
   GB_REQUIRE(local_workers >= 1, "--local-workers: must be >= 1, got ", local_workers);
+  GB_REQUIRE(worker.empty() || emulate_workers.empty(), "--emulate-workers: not with --worker (emulation is one process)");
+  if (!emulate_workers.empty()) parse_emulated_workers(emulate_workers);
+}
+
+std::vector<EmulatedWorker> parse_emulated_workers(const std::string& spec) {
+  std::vector<EmulatedWorker> workers;
+  size_t start = 0;
+  while (start <= spec.size()) {
+    const size_t end = std::min(spec.find(',', start), spec.size());
+    const std::string item = spec.substr(start, end - start);
+    const size_t colon = item.find(':');
+    GB_REQUIRE(colon != std::string::npos && colon > 0, "--emulate-workers ", spec, ": '", item,
+               "' is not name:micro_batch");
+    EmulatedWorker w{item.substr(0, colon), 0};
+    try {
+      w.micro_batch = std::stoll(item.substr(colon + 1));
+    } catch (const std::exception&) {
+      throw InputError(str("--emulate-workers ", spec, ": '", item, "' has no micro-batch number"));
+    }
+    GB_REQUIRE(w.micro_batch >= 1, "--emulate-workers ", spec, ": micro-batch of ", w.name, " must be >= 1");
+    for (const EmulatedWorker& other : workers) GB_REQUIRE(other.name != w.name, "--emulate-workers ", spec, ": ", w.name, " twice");
+    workers.push_back(w);
+    start = end + 1;
+  }
+  std::sort(workers.begin(), workers.end(), [](const EmulatedWorker& a, const EmulatedWorker& b) { return a.name < b.name; });
+  return workers;
 }
 
 nlohmann::json TrainConfig::to_json() const {
@@ -85,6 +113,8 @@ nlohmann::json TrainConfig::to_json() const {
       {"precision", to_string(precision)},
       {"threads", threads},
       {"local_workers", local_workers},
+      {"worker", worker},
+      {"emulate_workers", emulate_workers},
   };
 }
 
@@ -132,6 +162,8 @@ TrainConfig TrainConfig::from_json(const nlohmann::json& j, const std::string& w
   if (j.contains("precision")) { get("precision", text); c.precision = parse_precision(text); }
   get("threads", c.threads);
   get("local_workers", c.local_workers);
+  get("worker", c.worker);
+  get("emulate_workers", c.emulate_workers);
   return c;
 }
 

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -52,11 +53,25 @@ struct TrainConfig {
   int64_t threads = 0;        // 0: this machine's cores / local_workers
   int64_t local_workers = 1;  // gradbox processes sharing this machine's cores
 
+  // Many workers. `worker` names this process's data stream ("train/<worker>"); empty means the
+  // single-process stream "train". `emulate_workers` ("a:4,b:2,c:3": name:micro_batch) trains
+  // one process on the union of those workers' batches, token-weighted as the exchange does:
+  // the reference a cluster run is checked against.
+  std::string worker;
+  std::string emulate_workers;
+
   void validate() const;  // throws InputError naming the flag
   nlohmann::json to_json() const;
   // Unknown keys and wrong types are InputErrors naming `where` and the key.
   static TrainConfig from_json(const nlohmann::json& j, const std::string& where);
 };
+
+struct EmulatedWorker {
+  std::string name;
+  int64_t micro_batch = 0;
+};
+// Sorted by name (the exchange's summation order); InputError naming --emulate-workers.
+std::vector<EmulatedWorker> parse_emulated_workers(const std::string& spec);
 
 std::string to_string(OptimizerKind kind);
 std::string to_string(Precision precision);

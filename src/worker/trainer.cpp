@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "common/atomic_file.h"
+#include "common/checksum.h"
 #include "common/error.h"
 #include "common/json_file.h"
 #include "common/log.h"
@@ -120,7 +121,15 @@ Trainer::Trainer(TrainConfig config) : config_(std::move(config)) {
     logger().info(str("resumed from ", latest->string(), " at step ", step_));
   }
 
-  train_sampler_.emplace(*train_file_, block, config_.seed, stream_id("train"));
+  // Each worker draws from its own stream: no coordination of data is needed.
+  const std::string stream = config_.worker.empty() ? "train" : "train/" + config_.worker;
+  train_sampler_.emplace(*train_file_, block, config_.seed, stream_id(stream));
+  if (!config_.emulate_workers.empty()) {
+    emulated_ = parse_emulated_workers(config_.emulate_workers);
+    emulated_samplers_.reserve(emulated_.size());
+    for (const EmulatedWorker& w : emulated_)
+      emulated_samplers_.emplace_back(*train_file_, block, config_.seed, stream_id("train/" + w.name));
+  }
   if (val_file_ && val_file_->size() > block) val_sampler_.emplace(*val_file_, block, config_.seed, stream_id("val"));
   metrics_ = std::make_unique<MetricsWriter>(config_.out_dir / "metrics.jsonl");
   write_file_atomic(config_.out_dir / "train_config.json", config_.to_json().dump(2));
@@ -130,13 +139,12 @@ Trainer::Trainer(TrainConfig config) : config_(std::move(config)) {
   logger().info(str("model: ", mc.to_json().dump(), " (", flat_->numel(), " parameters)"));
 }
 
-double Trainer::train_step(double lr) {
-  model_->train();
+Trainer::LocalGradient Trainer::compute_gradient(const BatchSampler& sampler, int64_t micro_batch) {
   flat_->zero_grad();
   const int64_t accum = config_.grad_accum;
   double loss_sum = 0.0;
   for (int64_t micro = 0; micro < accum; ++micro) {
-    Batch batch = train_sampler_->batch(step_ * accum + micro, config_.micro_batch);
+    Batch batch = sampler.batch(step_ * accum + micro, micro_batch);
     torch::Tensor inputs = batch.inputs.to(runtime_.device);
     torch::Tensor targets = batch.targets.to(runtime_.device);
     torch::Tensor loss;
@@ -147,27 +155,105 @@ double Trainer::train_step(double lr) {
     loss_sum += loss.item<double>();
     (loss * (loss_scale_ / static_cast<double>(accum))).backward();
   }
-  tokens_ += accum * config_.micro_batch * train_sampler_->block_size();
+  return {loss_sum / static_cast<double>(accum), static_cast<uint64_t>(accum * micro_batch * sampler.block_size())};
+}
+
+Trainer::LocalGradient Trainer::emulated_gradient() {
+  std::vector<torch::Tensor> grads;
+  std::vector<LocalGradient> parts;
+  uint64_t total = 0;
+  for (size_t i = 0; i < emulated_.size(); ++i) {
+    parts.push_back(compute_gradient(emulated_samplers_[i], emulated_[i].micro_batch));
+    grads.push_back(flat_->grads().to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true));
+    total += parts.back().tokens;
+  }
+  // The same arithmetic as the exchange: sorted by name, weights from contribution_weight,
+  // y += w * x in fp32, so that an fp32 cluster run reproduces this bit for bit.
+  torch::Tensor sum = torch::zeros({flat_->numel()}, torch::kFloat32);
+  float* y = sum.data_ptr<float>();
+  LocalGradient result{0.0, total};
+  for (size_t i = 0; i < emulated_.size(); ++i) {
+    const float w = exchange::contribution_weight(parts[i].tokens, total);
+    const float* x = grads[i].data_ptr<float>();
+    for (int64_t j = 0; j < flat_->numel(); ++j) y[j] += w * x[j];
+    result.loss += parts[i].loss * static_cast<double>(parts[i].tokens);
+  }
+  result.loss /= static_cast<double>(total);
+  flat_->grads().copy_(sum);
+  return result;
+}
+
+void Trainer::skip_step(const char* why) {
+  // Never let a NaN or Inf into the weights: skip the step (fp16 also backs off its scale).
+  if (runtime_.precision == Precision::fp16) {
+    loss_scale_ /= 2.0;
+    good_steps_ = 0;
+    logger().warn(str("step ", step_ + 1, ": ", why, ", skipped; loss scale now ", loss_scale_));
+  } else {
+    logger().warn(str("step ", step_ + 1, ": ", why, ", step skipped"));
+  }
+}
+
+double Trainer::train_step(double lr) {
+  model_->train();
+  const LocalGradient local = emulated_.empty() ? compute_gradient(*train_sampler_, config_.micro_batch)
+                                                : emulated_gradient();
+  double loss = local.loss;
+  uint64_t step_tokens = local.tokens;
+
+  if (exchange_) {
+    // Peers weight contributions by tokens, so they must see unscaled gradients.
+    const bool overflow = !std::isfinite(gradient_norm(*flat_));
+    torch::Tensor grads = flat_->grads();
+    if (!overflow && loss_scale_ != 1.0) grads.div_(loss_scale_);
+    const bool on_host = grads.device().is_cpu();
+    if (!on_host) host_buffer_ = grads.to(torch::kCPU);
+    torch::Tensor& host = on_host ? grads : host_buffer_;
+    exchange::RoundResult round = exchange_->all_reduce(static_cast<uint64_t>(step_ + 1), host.data_ptr<float>(),
+                                                       static_cast<size_t>(host.numel()),
+                                                       {local.tokens, local.loss, overflow});
+    if (!on_host) grads.copy_(host_buffer_);
+    loss = round.loss;
+    step_tokens = round.tokens;
+    tokens_ += static_cast<int64_t>(step_tokens);
+    if (round.skip) {
+      // Some worker of the agreed set overflowed: every replica skips this round together.
+      last_grad_norm_ = std::numeric_limits<double>::infinity();
+      skip_step("a contributor's gradient overflowed");
+      return loss;
+    }
+  } else {
+    tokens_ += static_cast<int64_t>(step_tokens);
+  }
+  const double grad_scale = exchange_ ? 1.0 : loss_scale_;
 
   const double scaled_norm = gradient_norm(*flat_);
   if (!std::isfinite(scaled_norm)) {
-    // Never let a NaN or Inf into the weights: skip the step (fp16 also backs off its scale).
-    if (runtime_.precision == Precision::fp16) {
-      loss_scale_ /= 2.0;
-      good_steps_ = 0;
-      logger().warn(str("step ", step_ + 1, ": gradient overflow, skipped; loss scale now ", loss_scale_));
-    } else {
-      logger().warn(str("step ", step_ + 1, ": non-finite gradient norm, step skipped"));
-    }
     last_grad_norm_ = scaled_norm;
-    return loss_sum / static_cast<double>(accum);
+    skip_step(runtime_.precision == Precision::fp16 ? "gradient overflow" : "non-finite gradient norm");
+    return loss;
   }
-  const double norm = scaled_norm / loss_scale_;
+  const double norm = scaled_norm / grad_scale;
   const double clip = (config_.grad_clip > 0 && norm > config_.grad_clip) ? config_.grad_clip / (norm + 1e-6) : 1.0;
-  optimizer_->step(lr, config_.weight_decay, clip / loss_scale_);
+  optimizer_->step(lr, config_.weight_decay, clip / grad_scale);
   if (runtime_.precision == Precision::fp16 && ++good_steps_ % 2000 == 0) loss_scale_ *= 2.0;
   last_grad_norm_ = norm;
-  return loss_sum / static_cast<double>(accum);
+  if (exchange_) {
+    torch::Tensor params = flat_->params().device().is_cpu() ? flat_->params() : flat_->params().to(torch::kCPU);
+    exchange_->after_update(static_cast<uint64_t>(step_ + 1), params.data_ptr<float>(), static_cast<size_t>(params.numel()));
+  }
+  return loss;
+}
+
+void Trainer::attach_exchange(std::unique_ptr<exchange::GradientExchange> exchange) {
+  GB_REQUIRE(emulated_.empty(), "--emulate-workers: not with a shared folder");
+  exchange_ = std::move(exchange);
+  logger().info(str("exchange: ", exchange_->describe()));
+}
+
+uint64_t model_fingerprint(const model::ModelConfig& config) {
+  const std::string text = identity(config.to_json()).dump();
+  return checksum64(text.data(), text.size());
 }
 
 double Trainer::evaluate() {
@@ -214,7 +300,8 @@ TrainSummary Trainer::run(const StopPredicate& should_stop) {
   summary.start_step = step_;
   const int64_t tokens_per_step = config_.micro_batch * train_sampler_->block_size() * config_.grad_accum;
   logger().info(str("training on ", runtime_.describe(), ": steps ", step_, " -> ", config_.max_steps, ", ",
-                    tokens_per_step, " tokens per step"));
+                    tokens_per_step, " tokens per step", exchange_ ? " on this worker" : ""));
+  int64_t interval_steps = 0;
   double train_seconds = 0.0;
   int64_t train_tokens = 0;
   double interval_seconds = 0.0;
@@ -222,18 +309,22 @@ TrainSummary Trainer::run(const StopPredicate& should_stop) {
   while (step_ < config_.max_steps) {
     const double lr = schedule_.at(step_);
     const auto start = Clock::now();
+    const int64_t tokens_before = tokens_;
     const double loss = train_step(lr);
+    const int64_t step_tokens = tokens_ - tokens_before;  // all workers' when exchanging
     ++step_;
     const double seconds = seconds_since(start);
     train_seconds += seconds;
-    train_tokens += tokens_per_step;
+    train_tokens += step_tokens;
     interval_seconds += seconds;
-    interval_tokens += tokens_per_step;
+    interval_tokens += step_tokens;
+    ++interval_steps;
     summary.last_loss = loss;
     metrics_->write({{"step", step_}, {"loss", loss}, {"lr", lr}, {"grad_norm", last_grad_norm_},
                      {"tokens", tokens_}, {"step_seconds", seconds}});
     if (step_ % config_.log_interval == 0 || step_ == config_.max_steps) {
-      log_progress(loss, lr, interval_seconds, interval_tokens / tokens_per_step, interval_tokens);
+      log_progress(loss, lr, interval_seconds, interval_steps, interval_tokens);
+      interval_steps = 0;
       interval_seconds = 0.0;
       interval_tokens = 0;
     }

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "data/token_dataset.h"
+#include "exchange/gradient_exchange.h"
 #include "model/causal_lm.h"
 #include "worker/batch_sampler.h"
 #include "worker/flat_parameters.h"
@@ -36,6 +37,10 @@ using StopPredicate = std::function<bool(int64_t step)>;
 // or a JSON file taken as written.
 model::ModelConfig resolve_model_config(const TrainConfig& config, const data::DatasetInfo& data);
 
+// What makes two replicas' parameters interchangeable: the model's shape (not dropout).
+// Files in a shared folder carry it, and a worker refuses files for another model.
+uint64_t model_fingerprint(const model::ModelConfig& config);
+
 class Trainer {
  public:
   // Sets up runtime, data, model and optimizer, and resumes from the run folder's newest
@@ -43,6 +48,9 @@ class Trainer {
   explicit Trainer(TrainConfig config);
 
   TrainSummary run(const StopPredicate& should_stop = {});
+  // From now on every step is a round of `exchange`: the local gradient is replaced by the
+  // agreed average of all workers' before clipping and the optimizer step.
+  void attach_exchange(std::unique_ptr<exchange::GradientExchange> exchange);
   double evaluate();  // mean validation loss over the fixed eval batches
 
   model::CausalLM& model() { return *model_; }
@@ -52,6 +60,15 @@ class Trainer {
 
  private:
   double train_step(double lr);  // one optimizer step over grad_accum micro-batches; returns mean loss
+  struct LocalGradient {
+    double loss = 0;      // mean over the micro-batches
+    uint64_t tokens = 0;
+  };
+  // Fills flat grads with the mean gradient of this step's batches from `sampler`.
+  LocalGradient compute_gradient(const BatchSampler& sampler, int64_t micro_batch);
+  // --emulate-workers: each emulated worker's gradient, token-weighted as the exchange sums them.
+  LocalGradient emulated_gradient();
+  void skip_step(const char* why);
   std::filesystem::path checkpoint();
   void log_progress(double loss, double lr, double interval_seconds, int64_t interval_steps, int64_t interval_tokens);
 
@@ -66,6 +83,10 @@ class Trainer {
   std::unique_ptr<FlatParameters> flat_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<MetricsWriter> metrics_;
+  std::unique_ptr<exchange::GradientExchange> exchange_;
+  std::vector<EmulatedWorker> emulated_;
+  std::vector<BatchSampler> emulated_samplers_;
+  torch::Tensor host_buffer_;  // CPU staging for the exchange when training on a GPU
   LrSchedule schedule_;
   int64_t step_ = 0;
   int64_t tokens_ = 0;

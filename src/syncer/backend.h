@@ -1,0 +1,58 @@
+#pragma once
+// Where the shared folder lives, behind one small interface: a mounted directory (Drive mount,
+// NFS), an rclone remote, or the cloud-folder simulator. Paths are relative ("rel") with '/'
+// separators. Failures of a call (network, timeout, file gone) throw BackendError; the syncer
+// catches them per transfer and tries again on a later poll.
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace gradbox::syncer {
+
+namespace fs = std::filesystem;
+
+struct RemoteEntry {
+  std::string rel;
+  uint64_t size = 0;
+};
+
+class BackendError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// How an upload may treat an existing file at the destination.
+enum class UploadMode {
+  create_new,         // fail if the destination exists (the normal, write-once case)
+  complete_own_partial,  // the destination is a prefix of our own interrupted upload: finish it
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  // Every file under the shared folder, recursively (may be lagging, partial or duplicated).
+  virtual std::vector<RemoteEntry> list() = 0;
+  // Size of one file as the writer sees it, or nullopt when absent.
+  virtual std::optional<uint64_t> stat(const std::string& rel) = 0;
+  // Copies SHARED/rel to local_path (created or truncated).
+  virtual void download(const std::string& rel, const fs::path& local_path) = 0;
+  virtual void upload(const fs::path& local_path, const std::string& rel, UploadMode mode) = 0;
+  // Deletes SHARED/rel; a file already gone is not an error.
+  virtual void remove(const std::string& rel) = 0;
+  // Best effort: removes rel_dir and its ancestors (never the root) while they are empty.
+  virtual void remove_empty_dirs(const std::string& rel_dir) = 0;
+  // Injected faults by kind (the simulator); empty for real backends.
+  virtual std::map<std::string, uint64_t> fault_counts() const { return {}; }
+};
+
+// "a/b/c" -> "a/b"; "c" -> "".
+std::string parent_rel(const std::string& rel);
+// Throws BackendError unless rel is a clean relative path (no "..", no leading '/').
+void check_rel(const std::string& rel);
+
+}  // namespace gradbox::syncer

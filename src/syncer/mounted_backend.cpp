@@ -1,0 +1,160 @@
+#include "syncer/mounted_backend.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "common/error.h"
+
+namespace gradbox::syncer {
+namespace {
+
+// RAII file descriptor; system calls retried on EINTR, errno in the message.
+class Fd {
+ public:
+  Fd(const fs::path& path, int flags, mode_t mode = 0644) : path_(path) {
+    do fd_ = ::open(path.c_str(), flags | O_CLOEXEC, mode);
+    while (fd_ < 0 && errno == EINTR);
+  }
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  bool ok() const { return fd_ >= 0; }
+  int get() const { return fd_; }
+  [[noreturn]] void fail(const char* what) const {
+    throw BackendError(str(what, " ", path_.string(), ": ", std::strerror(errno)));
+  }
+  size_t read_some(char* buf, size_t n) {
+    for (;;) {
+      ssize_t r = ::read(fd_, buf, n);
+      if (r >= 0) return static_cast<size_t>(r);
+      if (errno != EINTR) fail("cannot read");
+    }
+  }
+  void write_all(const char* buf, size_t n) {
+    while (n > 0) {
+      ssize_t w = ::write(fd_, buf, n);
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        fail("cannot write");
+      }
+      buf += w;
+      n -= static_cast<size_t>(w);
+    }
+  }
+  void sync() {
+    if (::fsync(fd_) != 0) fail("cannot fsync");
+  }
+
+ private:
+  fs::path path_;
+  int fd_ = -1;
+};
+
+uint64_t copy_fd(Fd& in, Fd& out, uint64_t limit) {
+  std::vector<char> buf(1 << 20);
+  uint64_t total = 0;
+  while (total < limit) {
+    size_t want = static_cast<size_t>(std::min<uint64_t>(buf.size(), limit - total));
+    size_t got = in.read_some(buf.data(), want);
+    if (got == 0) break;
+    out.write_all(buf.data(), got);
+    total += got;
+  }
+  return total;
+}
+
+}  // namespace
+
+uint64_t copy_file_bytes(const fs::path& from, const fs::path& to, uint64_t limit) {
+  Fd in(from, O_RDONLY);
+  if (!in.ok()) in.fail("cannot open");
+  Fd out(to, O_WRONLY | O_CREAT | O_TRUNC);
+  if (!out.ok()) out.fail("cannot create");
+  uint64_t n = copy_fd(in, out, limit);
+  out.sync();
+  return n;
+}
+
+MountedBackend::MountedBackend(fs::path root) : root_(std::move(root)) {}
+
+std::vector<RemoteEntry> MountedBackend::list() {
+  std::vector<RemoteEntry> out;
+  std::error_code ec;
+  fs::recursive_directory_iterator it(root_, fs::directory_options::skip_permission_denied, ec);
+  if (ec) throw BackendError(str("cannot list ", root_.string(), ": ", ec.message()));
+  for (; it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (ec) break;  // a directory vanished under us: the next poll lists again
+    std::error_code fec;
+    if (!it->is_regular_file(fec)) continue;
+    uint64_t size = it->file_size(fec);
+    if (fec) continue;  // deleted between listing and stat
+    out.push_back({it->path().lexically_relative(root_).generic_string(), size});
+  }
+  return out;
+}
+
+std::optional<uint64_t> MountedBackend::stat(const std::string& rel) {
+  check_rel(rel);
+  struct ::stat st {};
+  if (::stat((root_ / rel).c_str(), &st) != 0) {
+    if (errno == ENOENT || errno == ENOTDIR) return std::nullopt;
+    throw BackendError(str("cannot stat ", (root_ / rel).string(), ": ", std::strerror(errno)));
+  }
+  return static_cast<uint64_t>(st.st_size);
+}
+
+void MountedBackend::download(const std::string& rel, const fs::path& local_path) {
+  check_rel(rel);
+  copy_file_bytes(root_ / rel, local_path);
+}
+
+void MountedBackend::upload(const fs::path& local_path, const std::string& rel, UploadMode mode) {
+  check_rel(rel);
+  const fs::path dest = root_ / rel;
+  std::error_code ec;
+  fs::create_directories(dest.parent_path(), ec);
+  if (ec) throw BackendError(str("cannot create ", dest.parent_path().string(), ": ", ec.message()));
+  Fd in(local_path, O_RDONLY);
+  if (!in.ok()) in.fail("cannot open");
+  if (mode == UploadMode::create_new) {
+    Fd out(dest, O_WRONLY | O_CREAT | O_EXCL);  // write-once: never overwrite
+    if (!out.ok()) out.fail("cannot create");
+    copy_fd(in, out, UINT64_MAX);
+    out.sync();
+    return;
+  }
+  // Finish our own interrupted upload: append the missing tail, never truncate (a reader sees a
+  // growing prefix, i.e. `incomplete`, never different bytes).
+  Fd out(dest, O_WRONLY | O_APPEND);
+  if (!out.ok()) out.fail("cannot open");
+  struct ::stat st {};
+  if (::fstat(out.get(), &st) != 0) out.fail("cannot stat");
+  if (::lseek(in.get(), st.st_size, SEEK_SET) < 0) in.fail("cannot seek");
+  copy_fd(in, out, UINT64_MAX);
+  out.sync();
+}
+
+void MountedBackend::remove(const std::string& rel) {
+  check_rel(rel);
+  std::error_code ec;
+  fs::remove(root_ / rel, ec);
+  if (ec && ec != std::errc::no_such_file_or_directory)
+    throw BackendError(str("cannot delete ", (root_ / rel).string(), ": ", ec.message()));
+}
+
+void MountedBackend::remove_empty_dirs(const std::string& rel_dir) {
+  for (std::string dir = rel_dir; !dir.empty(); dir = parent_rel(dir)) {
+    std::error_code ec;
+    if (!fs::is_directory(root_ / dir, ec) || !fs::is_empty(root_ / dir, ec)) return;
+    if (!fs::remove(root_ / dir, ec) || ec) return;
+  }
+}
+
+}  // namespace gradbox::syncer

@@ -1,0 +1,29 @@
+#pragma once
+// The shared folder as a plain directory (a Drive/NFS mount). Uploads write the final name
+// directly, created exclusively (write-once; cloud mounts have lost renames); a reader that sees
+// the file half-written gets `incomplete` from wire::verify and retries later.
+#include "syncer/backend.h"
+
+namespace gradbox::syncer {
+
+class MountedBackend : public Backend {
+ public:
+  explicit MountedBackend(fs::path root);
+  std::string name() const override { return "mounted"; }
+  std::vector<RemoteEntry> list() override;
+  std::optional<uint64_t> stat(const std::string& rel) override;
+  void download(const std::string& rel, const fs::path& local_path) override;
+  void upload(const fs::path& local_path, const std::string& rel, UploadMode mode) override;
+  void remove(const std::string& rel) override;
+  void remove_empty_dirs(const std::string& rel_dir) override;
+  const fs::path& root() const { return root_; }
+
+ private:
+  fs::path root_;
+};
+
+// Copies `from` to `to` (created or truncated), fsyncs it. `limit` caps the bytes copied.
+// Throws BackendError naming the file.
+uint64_t copy_file_bytes(const fs::path& from, const fs::path& to, uint64_t limit = UINT64_MAX);
+
+}  // namespace gradbox::syncer

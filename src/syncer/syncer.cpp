@@ -1,0 +1,378 @@
+#include "syncer/syncer.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "common/atomic_file.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "wire/envelope.h"
+
+namespace gradbox::syncer {
+namespace {
+
+const log::Logger& logger() {
+  static const log::Logger l("syncer");
+  return l;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+bool path_exists(const fs::path& p) {
+  std::error_code ec;
+  return fs::exists(p, ec);
+}
+
+// Regular files under dir, as generic relative paths; tolerant of files vanishing meanwhile.
+std::vector<std::string> scan(const fs::path& dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  fs::recursive_directory_iterator it(dir, ec);
+  if (ec) return out;
+  for (; it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (ec) break;
+    std::error_code fec;
+    if (it->is_regular_file(fec)) out.push_back(it->path().lexically_relative(dir).generic_string());  // no stat: the file may be gone
+  }
+  return out;
+}
+
+void fsync_file(const fs::path& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  GB_CHECK(fd >= 0, "cannot open ", path.string(), " to fsync");
+  int rc = ::fsync(fd);
+  ::close(fd);
+  GB_CHECK(rc == 0, "cannot fsync ", path.string());
+}
+
+}  // namespace
+
+bool is_temp_name(const std::string& rel) { return rel.find(".tmp") != std::string::npos; }
+
+bool is_hidden_name(const std::string& rel) {
+  for (const auto& part : fs::path(rel))
+    if (!part.empty() && part.string().front() == '.') return true;
+  return false;
+}
+
+nlohmann::json SyncerStats::to_json() const {
+  nlohmann::json files = nlohmann::json::array();
+  for (const auto& q : quarantined_files) files.push_back({{"path", q.path}, {"reason", q.reason}});
+  return {{"flagged", flagged},
+          {"bytes_downloaded", bytes_downloaded},
+          {"uploaded", uploaded},
+          {"bytes_uploaded", bytes_uploaded},
+          {"deleted", deleted},
+          {"placeholders_seen", placeholders_seen},
+          {"incomplete_seen", incomplete_seen},
+          {"corrupt_seen", corrupt_seen},
+          {"retries", retries},
+          {"quarantined", quarantined},
+          {"upload_conflicts", upload_conflicts},
+          {"transfer_errors", transfer_errors},
+          {"quarantined_files", files},
+          {"sim_faults", nlohmann::json(sim_faults)}};
+}
+
+Syncer::Syncer(std::unique_ptr<Backend> backend, SyncerOptions options)
+    : backend_(std::move(backend)), options_(std::move(options)) {
+  outbox_ = options_.local / "outbox";
+  inbox_ = options_.local / "inbox";
+  quarantine_ = options_.local / "quarantine";
+  stats_path_ = options_.local / "syncer" / "stats.json";
+  for (const auto& d : {outbox_, inbox_, quarantine_, stats_path_.parent_path()}) fs::create_directories(d);
+}
+
+bool Syncer::try_begin(const std::string& rel) { return in_flight_.insert(rel).second; }
+
+void Syncer::end(const std::string& rel) {
+  std::lock_guard lock(mutex_);
+  in_flight_.erase(rel);
+}
+
+void Syncer::changed() { ++version_; }
+
+bool Syncer::is_own(const std::string& rel) const {
+  return own_.count(rel) || path_exists(outbox_ / rel) || path_exists(outbox_ / (rel + ".sent"));
+}
+
+std::vector<Task> Syncer::plan_uploads() {
+  std::vector<Task> tasks;
+  std::vector<std::string> files = scan(outbox_);
+  std::lock_guard lock(mutex_);
+  for (const auto& rel : files) {
+    if (is_temp_name(rel) || ends_with(rel, ".sent")) continue;
+    own_.insert(rel);
+    if (conflicts_.count(rel) || path_exists(outbox_ / (rel + ".sent"))) continue;
+    if (try_begin(rel)) tasks.push_back({Task::Kind::upload, rel, 0});
+  }
+  return tasks;
+}
+
+std::vector<Task> Syncer::plan_removals() {
+  std::vector<Task> tasks;
+  std::vector<std::string> files = scan(outbox_);
+  std::lock_guard lock(mutex_);
+  for (const auto& marker : files) {
+    if (is_temp_name(marker) || !ends_with(marker, ".sent")) continue;
+    std::string rel = marker.substr(0, marker.size() - 5);
+    own_.insert(rel);
+    if (path_exists(outbox_ / rel)) continue;
+    if (try_begin(rel)) tasks.push_back({Task::Kind::remove, rel, 0});
+  }
+  return tasks;
+}
+
+std::vector<Task> Syncer::plan_downloads() {
+  std::vector<RemoteEntry> listing;
+  try {
+    listing = backend_->list();
+  } catch (const BackendError& e) {
+    logger().warn(str("listing the shared folder failed (retrying next poll): ", e.what()));
+    std::lock_guard lock(mutex_);
+    ++stats_.transfer_errors;
+    changed();
+    return {};
+  }
+  std::map<std::string, uint64_t> entries;  // a listing may repeat an entry
+  for (auto& e : listing) entries.emplace(e.rel, e.size);
+
+  std::vector<Task> tasks;
+  std::vector<std::pair<std::string, std::string>> expired;  // placeholders past the deadline
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& [rel, size] : entries) {
+      if (is_temp_name(rel) || is_hidden_name(rel) || done_.count(rel) || is_own(rel)) continue;
+      if (path_exists(inbox_ / (rel + ".flag")) || path_exists(quarantine_ / rel)) {
+        done_.insert(rel);  // flagged or quarantined by an earlier run
+        continue;
+      }
+      if (in_flight_.count(rel)) continue;
+      if (!options_.on_demand_prefix.empty() &&
+          fs::path(rel).filename().string().starts_with(options_.on_demand_prefix) &&
+          !path_exists(options_.local / "requests" / rel))
+        continue;
+      if (size == 0) {  // a placeholder: not worth a download
+        DownloadState& st = downloads_[rel];
+        if (!st.placeholder_counted) {
+          st.placeholder_counted = true;
+          ++stats_.placeholders_seen;
+          changed();
+        }
+        auto now = options_.now();
+        if (!st.incomplete_since) st.incomplete_since = now;
+        if (now - *st.incomplete_since > std::chrono::duration<double>(options_.quarantine_after_s))
+          expired.emplace_back(rel, str("still a 0-byte placeholder after ", options_.quarantine_after_s, " s"));
+        continue;
+      }
+      if (try_begin(rel)) tasks.push_back({Task::Kind::download, rel, size});
+    }
+  }
+  for (const auto& [rel, reason] : expired) quarantine(rel, reason, {});
+  return tasks;
+}
+
+void Syncer::execute(const Task& task) {
+  try {
+    switch (task.kind) {
+      case Task::Kind::upload: do_upload(task.rel); break;
+      case Task::Kind::remove: do_remove(task.rel); break;
+      case Task::Kind::download: do_download(task.rel); break;
+    }
+  } catch (const std::exception& e) {
+    // Backend failures and local I/O errors alike: counted, logged, retried on a later poll.
+    logger().warn(str(task.kind == Task::Kind::download ? "download of " : task.kind == Task::Kind::upload ? "upload of " : "deletion of ",
+                      task.rel, " failed (retrying later): ", e.what()));
+    std::lock_guard lock(mutex_);
+    ++stats_.transfer_errors;
+    changed();
+  }
+  end(task.rel);
+}
+
+void Syncer::do_upload(const std::string& rel) {
+  const fs::path local = outbox_ / rel;
+  std::error_code ec;
+  uint64_t size = fs::file_size(local, ec);
+  if (ec) return;  // garbage-collected meanwhile
+  std::optional<uint64_t> remote = backend_->stat(rel);
+  bool resumed = false;
+  if (remote && *remote < size) {
+    // Our own interrupted upload (kill -9 mid-write)? Then its bytes are a prefix of ours.
+    fs::path tmp = options_.local / "syncer" / str("resume.tmp.", ::getpid());
+    backend_->download(rel, tmp);
+    std::string theirs = read_file(tmp), ours = read_file(local);
+    fs::remove(tmp, ec);
+    if (theirs.size() < ours.size() && ours.compare(0, theirs.size(), theirs) == 0) {
+      backend_->upload(local, rel, UploadMode::complete_own_partial);
+      resumed = true;
+      logger().info(str("completed interrupted upload of ", rel, " (", theirs.size(), " of ", size, " bytes were there)"));
+    }
+  }
+  if (remote && !resumed && *remote != size) {
+    std::lock_guard lock(mutex_);
+    if (conflicts_.insert(rel).second) {
+      ++stats_.upload_conflicts;
+      changed();
+      logger().error(str("not uploading ", rel, ": the shared folder already holds a different file of ", *remote,
+                         " bytes under that name (ours has ", size, "); write-once means it is never overwritten"));
+    }
+    return;
+  }
+  if (!remote) backend_->upload(local, rel, UploadMode::create_new);
+  write_file_atomic(outbox_ / (rel + ".sent"), "");
+  std::lock_guard lock(mutex_);
+  if (remote && !resumed) {
+    logger().info(str(rel, " is already in the shared folder with the same size: marked sent"));
+  } else {
+    ++stats_.uploaded;
+    stats_.bytes_uploaded += size;
+    logger().debug(str("uploaded ", rel, " (", size, " bytes)"));
+  }
+  changed();
+}
+
+void Syncer::do_remove(const std::string& rel) {
+  backend_->remove(rel);
+  std::error_code ec;
+  fs::remove(outbox_ / (rel + ".sent"), ec);
+  try {
+    backend_->remove_empty_dirs(parent_rel(rel));
+  } catch (const BackendError& e) {
+    logger().debug(str("could not remove empty folders above ", rel, ": ", e.what()));
+  }
+  std::lock_guard lock(mutex_);
+  ++stats_.deleted;
+  changed();
+  logger().debug(str("deleted ", rel, " from the shared folder"));
+}
+
+void Syncer::do_download(const std::string& rel) {
+  const fs::path final_path = inbox_ / rel;
+  const fs::path tmp = inbox_ / str(rel, ".tmp.", ::getpid());
+  fs::create_directories(final_path.parent_path());
+  {
+    std::lock_guard lock(mutex_);
+    if (downloads_[rel].failed_attempts > 0) {
+      ++stats_.retries;
+      changed();
+    }
+  }
+  struct TempGuard {
+    fs::path p;
+    ~TempGuard() {
+      std::error_code ec;
+      fs::remove(p, ec);
+    }
+  } guard{tmp};
+  backend_->download(rel, tmp);
+  std::error_code ec;
+  uint64_t size = fs::file_size(tmp, ec);
+  wire::Verification v = wire::verify_file(tmp);
+  {
+    std::lock_guard lock(mutex_);
+    stats_.bytes_downloaded += size;
+    changed();
+  }
+  switch (v.state) {
+    case wire::FileState::complete: {
+      fsync_file(tmp);
+      fs::rename(tmp, final_path);
+      fsync_dir(final_path.parent_path());
+      write_file_atomic(inbox_ / (rel + ".flag"), "");
+      std::lock_guard lock(mutex_);
+      done_.insert(rel);
+      downloads_.erase(rel);
+      ++stats_.flagged;
+      changed();
+      logger().debug(str("flagged ", rel, " (", size, " bytes)"));
+      return;
+    }
+    case wire::FileState::incomplete: {
+      bool expired;
+      {
+        std::lock_guard lock(mutex_);
+        ++stats_.incomplete_seen;
+        DownloadState& st = downloads_[rel];
+        ++st.failed_attempts;
+        auto now = options_.now();
+        if (!st.incomplete_since) st.incomplete_since = now;
+        expired = now - *st.incomplete_since > std::chrono::duration<double>(options_.quarantine_after_s);
+        changed();
+      }
+      if (expired)
+        quarantine(rel, str("still incomplete after ", options_.quarantine_after_s, " s: ", v.reason), tmp);
+      else
+        logger().debug(str(rel, " is incomplete (", v.reason, "): retrying later"));
+      return;
+    }
+    case wire::FileState::corrupt: {
+      int attempts;
+      {
+        std::lock_guard lock(mutex_);
+        ++stats_.corrupt_seen;
+        DownloadState& st = downloads_[rel];
+        ++st.failed_attempts;
+        attempts = ++st.corrupt_attempts;
+        changed();
+      }
+      if (attempts >= options_.max_attempts)
+        quarantine(rel, str("corrupt after ", attempts, " attempts: ", v.reason), tmp);
+      else
+        logger().info(str(rel, " is corrupt (", v.reason, "), attempt ", attempts, " of ", options_.max_attempts));
+      return;
+    }
+    case wire::FileState::unsupported:
+      quarantine(rel, str("unsupported: ", v.reason), tmp);
+      return;
+  }
+}
+
+void Syncer::quarantine(const std::string& rel, const std::string& reason, const fs::path& bad_bytes) {
+  const fs::path dest = quarantine_ / rel;
+  fs::create_directories(dest.parent_path());
+  write_file_atomic(dest, bad_bytes.empty() ? std::string() : read_file(bad_bytes));
+  logger().warn(str("quarantined ", rel, " (kept in ", dest.string(), "): ", reason));
+  std::lock_guard lock(mutex_);
+  done_.insert(rel);
+  downloads_.erase(rel);
+  ++stats_.quarantined;
+  stats_.quarantined_files.push_back({rel, reason});
+  changed();
+}
+
+void Syncer::upload_pass() {
+  for (const auto& t : plan_uploads()) execute(t);
+  write_stats_if_changed();
+}
+
+void Syncer::run_pass() {
+  for (const auto& t : plan_uploads()) execute(t);
+  for (const auto& t : plan_removals()) execute(t);
+  for (const auto& t : plan_downloads()) execute(t);
+  write_stats_if_changed();
+}
+
+SyncerStats Syncer::stats() const {
+  SyncerStats s;
+  {
+    std::lock_guard lock(mutex_);
+    s = stats_;
+  }
+  s.sim_faults = backend_->fault_counts();
+  return s;
+}
+
+void Syncer::write_stats_if_changed() {
+  static std::mutex write_mutex;  // one writer at a time (transfers finish on several threads)
+  std::lock_guard write_lock(write_mutex);
+  std::string text = stats().to_json().dump(2);
+  std::lock_guard lock(mutex_);
+  if (text == last_stats_) return;
+  write_file_atomic(stats_path_, text + "\n");
+  last_stats_ = std::move(text);
+}
+
+}  // namespace gradbox::syncer

@@ -1,0 +1,135 @@
+#pragma once
+// The syncer engine: the local-disk contract between a worker and the shared folder.
+//
+//   LOCAL/outbox/<rel>        published by the worker (atomically; names with ".tmp" ignored);
+//                             uploaded once to SHARED/<rel>, never overwriting, then
+//   LOCAL/outbox/<rel>.sent   written (empty, atomic). When <rel> is gone but .sent remains,
+//                             SHARED/<rel> is deleted, then .sent, then empty parent dirs.
+//   LOCAL/inbox/<rel>         a peer's file, verified complete (wire::verify_file) before the
+//   LOCAL/inbox/<rel>.flag    rename from <rel>.tmp.<pid>, then flagged. Never downloaded again
+//                             in this process's lifetime, nor when its .flag exists.
+//   LOCAL/quarantine/<rel>    bytes that never verified: unsupported at once, corrupt after
+//                             max_attempts, incomplete past quarantine_after. Never retried.
+//   LOCAL/syncer/stats.json   counters, rewritten atomically when they change.
+//
+// The engine is driven in steps so tests are deterministic: plan_*() pick the work of one poll
+// (never a path already in flight) and execute() does one transfer; run_pass() does one whole
+// pass in the calling thread. gradbox-sync runs execute() on a thread pool.
+#include <chrono>
+#include <map>
+#include <optional>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "syncer/backend.h"
+
+namespace gradbox::syncer {
+
+struct SyncerOptions {
+  fs::path local;
+  std::string worker = "worker";
+  int max_attempts = 5;             // downloads of a corrupt file before quarantine
+  double quarantine_after_s = 900;  // a file incomplete this long is quarantined
+  // Files whose name starts with this are fetched only once the worker asks for them by
+  // creating <local>/requests/<rel> (sharded exchange: only a shard's owner needs its parts).
+  std::string on_demand_prefix;
+  // The clock for incomplete deadlines (tests inject one).
+  std::function<std::chrono::steady_clock::time_point()> now = [] { return std::chrono::steady_clock::now(); };
+};
+
+struct QuarantinedFile {
+  std::string path;
+  std::string reason;
+};
+
+struct SyncerStats {
+  uint64_t flagged = 0;
+  uint64_t bytes_downloaded = 0;
+  uint64_t uploaded = 0;
+  uint64_t bytes_uploaded = 0;
+  uint64_t deleted = 0;
+  uint64_t placeholders_seen = 0;  // distinct files first listed as 0 bytes
+  uint64_t incomplete_seen = 0;    // downloads that verified incomplete
+  uint64_t corrupt_seen = 0;       // downloads that verified corrupt
+  uint64_t retries = 0;            // downloads of a file after a failed attempt
+  uint64_t quarantined = 0;
+  uint64_t upload_conflicts = 0;   // shared name taken by different bytes: not uploaded
+  uint64_t transfer_errors = 0;    // backend calls that failed (retried later)
+  std::vector<QuarantinedFile> quarantined_files;
+  std::map<std::string, uint64_t> sim_faults;
+  nlohmann::json to_json() const;
+};
+
+struct Task {
+  enum class Kind { upload, remove, download };
+  Kind kind;
+  std::string rel;
+  uint64_t listed_size = 0;  // download: the size the listing reported
+};
+
+class Syncer {
+ public:
+  Syncer(std::unique_ptr<Backend> backend, SyncerOptions options);
+
+  // Work for one poll; each returned task is marked in flight until execute() finishes it.
+  std::vector<Task> plan_uploads();
+  std::vector<Task> plan_removals();
+  std::vector<Task> plan_downloads();  // lists the shared folder
+  // One transfer; never throws for backend failures (counted, logged, retried on a later poll).
+  void execute(const Task& task);
+
+  // One whole pass in this thread: uploads, deletions, downloads. Then writes stats if changed.
+  void run_pass();
+  void upload_pass();  // uploads only (the final pass before exit)
+
+  SyncerStats stats() const;
+  void write_stats_if_changed();
+  Backend& backend() { return *backend_; }
+  const fs::path& outbox() const { return outbox_; }
+  const fs::path& inbox() const { return inbox_; }
+
+ private:
+  struct DownloadState {
+    int corrupt_attempts = 0;
+    int failed_attempts = 0;
+    bool placeholder_counted = false;
+    std::optional<std::chrono::steady_clock::time_point> incomplete_since;
+  };
+  bool try_begin(const std::string& rel);  // false if in flight
+  void end(const std::string& rel);
+  bool is_own(const std::string& rel) const;
+  void do_upload(const std::string& rel);
+  void do_remove(const std::string& rel);
+  void do_download(const std::string& rel);
+  // Returns true when the file is given up on (quarantined).
+  bool note_incomplete(const std::string& rel, const std::string& reason, const std::string& bad_bytes_path);
+  void quarantine(const std::string& rel, const std::string& reason, const fs::path& bad_bytes);
+  void changed();
+
+  std::unique_ptr<Backend> backend_;
+  SyncerOptions options_;
+  fs::path outbox_, inbox_, quarantine_, stats_path_;
+
+  mutable std::mutex mutex_;
+  std::set<std::string> in_flight_;
+  std::set<std::string> done_;      // flagged or quarantined in this lifetime: never again
+  std::set<std::string> own_;       // ever in our outbox in this lifetime: never downloaded
+  std::set<std::string> conflicts_; // upload refused (name taken); logged once
+  std::unordered_map<std::string, DownloadState> downloads_;
+  SyncerStats stats_;
+  uint64_t version_ = 0;
+  std::string last_stats_;
+};
+
+// Name filters of the contract.
+bool is_temp_name(const std::string& rel);    // contains ".tmp"
+bool is_hidden_name(const std::string& rel);  // a component starts with '.'
+
+}  // namespace gradbox::syncer

@@ -1,0 +1,75 @@
+#pragma once
+// Framing of every file in the shared folder (see proto/gradbox.proto):
+//
+//   offset 0   "GRADBOX1"           8 bytes, magic
+//          8   frame version        u32 little-endian (kFrameVersion)
+//         12   header length        u32
+//         16   XXH3-64 of header    u64
+//         24   FileHeader protobuf  header length bytes
+//              payload              FileHeader.payload_length bytes
+//
+// The whole file is verifiable from its own bytes: a reader knows when it has all of it
+// (size == 24 + header + payload) and that it is intact (both checksums). Cloud folders show
+// names before content, so "the file exists" means nothing; "verify_bytes says complete" does.
+//
+// This is the only torch-free place that includes the generated protobuf code's users'
+// header; LibTorch ships its own protobuf headers, so nothing here may be included from a
+// translation unit that includes <torch/torch.h>.
+#include <cstdint>
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "gradbox.pb.h"
+
+namespace gradbox::wire {
+
+namespace fs = std::filesystem;
+
+inline constexpr uint32_t kFrameVersion = 1;
+inline constexpr uint32_t kWireVersion = 1;        // FileHeader.version we write and accept
+inline constexpr size_t kPreambleSize = 24;
+inline constexpr size_t kMaxHeaderSize = 1 << 20;  // a header is small; more is corruption
+
+// What a reader can say about a file's bytes.
+enum class FileState {
+  complete,     // every byte present and both checksums match
+  incomplete,   // shorter than its header says (or not even a header yet): still arriving
+  corrupt,      // wrong magic, checksum mismatch, longer than declared: stale or damaged
+  unsupported,  // intact, but a frame or wire version this build does not know
+};
+const char* file_state_name(FileState state);
+
+struct Verification {
+  FileState state = FileState::incomplete;
+  std::string reason;       // empty when complete
+  uint64_t expected_size = 0;  // known once the preamble and header are readable
+};
+
+// Rejected file: the message names the file and the reason.
+class WireError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct WireFile {
+  FileHeader header;
+  std::string payload;
+};
+
+// Serialises `header` (filling version, payload_length and payload_checksum) and the payload.
+std::string frame(FileHeader header, std::string_view payload);
+
+Verification verify_bytes(std::string_view bytes);
+Verification verify_file(const fs::path& path);
+
+// Parses a complete file; throws WireError naming `origin` for anything but FileState::complete.
+WireFile parse(std::string_view bytes, const std::string& origin);
+WireFile read_wire_file(const fs::path& path);
+
+// Throws WireError naming `origin` when the file belongs to another run or another model.
+void check_identity(const FileHeader& header, const std::string& run_id, uint64_t model_fingerprint,
+                    const std::string& origin);
+
+}  // namespace gradbox::wire

@@ -1,0 +1,82 @@
+#pragma once
+// The fixture of the whole-command tests: real text from Debian's fortunes package, prepared
+// once per test process, and a tiny training command.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "process.h"
+
+namespace gradbox::testing {
+
+namespace fs = std::filesystem;
+
+inline const std::string kBinary = GRADBOX_BINARY;
+
+inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+inline std::string read_bytes(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+inline std::vector<nlohmann::json> read_metrics(const fs::path& run) {
+  std::vector<nlohmann::json> records;
+  std::ifstream in(run / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) records.push_back(nlohmann::json::parse(line));
+  return records;
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    root_ = fs::temp_directory_path() / ("gradbox_cli_" + std::to_string(::getpid()));
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+    // Real English text from Debian's fortunes package (scripts/setup.sh installs it).
+    std::vector<std::string> inputs;
+    for (const char* name : {"computers", "science", "literature", "wisdom"}) {
+      const fs::path file = fs::path("/usr/share/games/fortunes") / name;
+      if (fs::exists(file)) inputs.push_back(file.string());
+    }
+    if (inputs.empty()) return;
+    std::vector<std::string> argv = {kBinary, "prepare", "--out", (root_ / "data").string(), "--tokenizer", "bpe",
+                                     "--vocab-size", "512", "--input"};
+    argv.insert(argv.end(), inputs.begin(), inputs.end());
+    ProcessResult r = run_process(argv);
+    prepared_ = r.exit_code == 0;
+    if (!prepared_) std::cerr << r.output;
+  }
+  static void TearDownTestSuite() { fs::remove_all(root_); }
+
+  void SetUp() override {
+    if (!prepared_) GTEST_SKIP() << "fortunes text not installed or prepare failed (run scripts/setup.sh)";
+  }
+
+  static fs::path data() { return root_ / "data"; }
+  static fs::path dir(const std::string& name) { return root_ / name; }
+
+  // A tiny, fast training command; extra flags are appended (CLI11 takes the last value).
+  static std::vector<std::string> train(const fs::path& out, std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv = {kBinary, "train", "--data", data().string(), "--out", out.string(),
+                                     "--model", "gpt2-tiny", "--micro-batch", "8", "--max-steps", "10",
+                                     "--lr", "3e-3", "--warmup-steps", "2", "--eval-interval", "0",
+                                     "--log-interval", "5", "--threads", "1"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return argv;
+  }
+
+  static inline fs::path root_;
+  static inline bool prepared_ = false;
+};
+
+}  // namespace gradbox::testing

@@ -1,0 +1,201 @@
+// Many workers in real processes: `gradbox train --shared` x3, each with its gradbox-sync sidecar
+// going through the cloud-folder simulator with faults on, checked against one process training
+// on the union of their batches (--emulate-workers).
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cmath>
+#include <iostream>
+#include <thread>
+
+#include "cli_fixture.h"
+#include "process.h"
+
+namespace gradbox::testing {
+namespace {
+
+struct Worker {
+  std::string name;
+  int micro_batch;
+};
+const std::vector<Worker> kWorkers = {{"a", 4}, {"b", 2}, {"c", 3}};
+
+// Drive-like lag scaled down ~400x, and every kind of fault the simulator has.
+std::string faulty_folder(uint64_t seed, const fs::path& log) {
+  return "--poll-ms 20 --sim-seed " + std::to_string(seed) +
+         " --sim-delay-median-ms 50 --sim-delay-p90-ms 200 --sim-placeholder-prob 0.2 --sim-truncate-prob 0.2"
+         " --sim-corrupt-prob 0.05 --sim-stale-list-prob 0.1 --sim-missing-prob 0.1 --sim-duplicate-prob 0.1"
+         " --sim-log " + log.string();
+}
+
+class ClusterTest : public CliTest {
+ protected:
+  static std::vector<std::string> tiny(const fs::path& out, int steps) {
+    return train(out, {"--block-size", "32", "--max-steps", std::to_string(steps), "--checkpoint-interval", "0",
+                       "--log-interval", "10", "--dropout", "0"});
+  }
+
+  // Starts every worker of kWorkers on `shared`; returns when all have exited.
+  static std::map<std::string, int> run_cluster(const fs::path& base, int steps, std::vector<std::string> extra,
+                                                const std::string& kill_worker = "", int kill_after_round = 0) {
+    std::map<std::string, pid_t> pids;
+    for (const Worker& w : kWorkers) {
+      std::vector<std::string> argv = tiny(base / w.name, steps);
+      std::vector<std::string> more = {"--micro-batch", std::to_string(w.micro_batch), "--local-workers", "3",
+                                       "--shared", (base / "shared").string(), "--worker", w.name, "--peers", "a,b,c",
+                                       "--sync-backend", "sim", "--sync-args",
+                                       faulty_folder(w.name[0], base / ("sim-" + w.name + ".jsonl"))};
+      argv.insert(argv.end(), more.begin(), more.end());
+      argv.insert(argv.end(), extra.begin(), extra.end());
+      pids[w.name] = start_process(argv, base / (w.name + ".log"));
+    }
+    if (!kill_worker.empty()) {
+      const fs::path stats = base / kill_worker / "sync" / "exchange" / "stats.json";
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+      while (std::chrono::steady_clock::now() < deadline) {
+        if (fs::exists(stats)) {
+          try {
+            if (nlohmann::json::parse(read_bytes(stats))["round"].get<int>() >= kill_after_round) break;
+          } catch (const std::exception&) {
+          }
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      kill(pids[kill_worker], SIGKILL);
+    }
+    std::map<std::string, int> codes;
+    for (const auto& [name, pid] : pids) codes[name] = wait_process(pid);
+    return codes;
+  }
+
+  static std::string log_of(const fs::path& base, const std::string& worker) {
+    return read_bytes(base / (worker + ".log")) + read_bytes(base / worker / "sync" / "syncer.log");
+  }
+
+  static fs::path final_checkpoint(const fs::path& run, int steps) {
+    char name[32];
+    std::snprintf(name, sizeof name, "step_%08d", steps);
+    return run / "checkpoints" / name;
+  }
+
+  static std::vector<double> losses(const fs::path& run) {
+    std::vector<double> out;
+    for (const nlohmann::json& r : read_metrics(run))
+      if (r.contains("loss")) out.push_back(r["loss"].get<double>());
+    return out;
+  }
+
+  static nlohmann::json json_file(const fs::path& path) { return nlohmann::json::parse(read_bytes(path)); }
+
+  // The reference: one process on the union of the workers' batches, token-weighted.
+  static fs::path emulate(const fs::path& base, int steps) {
+    const fs::path run = base / "union";
+    ProcessResult r = run_process([&] {
+      std::vector<std::string> argv = tiny(run, steps);
+      argv.insert(argv.end(), {"--emulate-workers", "a:4,b:2,c:3"});
+      return argv;
+    }());
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return run;
+  }
+
+  // Faults were injected, partial copies were seen, and none was ever used.
+  static void expect_faults_survived(const fs::path& base) {
+    uint64_t truncated = 0, incomplete = 0, placeholders = 0;
+    for (const Worker& w : kWorkers) {
+      const nlohmann::json sync = json_file(base / w.name / "sync" / "syncer" / "stats.json");
+      const nlohmann::json exchange = json_file(base / w.name / "sync" / "exchange" / "stats.json");
+      truncated += sync["sim_faults"].value("truncate", 0);
+      placeholders += sync["placeholders_seen"].get<uint64_t>();
+      incomplete += sync["incomplete_seen"].get<uint64_t>();
+      EXPECT_EQ(sync["quarantined"], 0) << w.name;
+      EXPECT_EQ(exchange["rejected_files"], 0) << w.name << ": " << exchange.dump();
+      EXPECT_EQ(exchange["fingerprint_mismatches"], 0) << w.name;
+      EXPECT_GT(exchange["fingerprints_checked"].get<int>(), 0) << w.name;
+    }
+    EXPECT_GT(truncated, 0u);
+    EXPECT_GT(incomplete, 0u);
+    EXPECT_GT(placeholders, 0u);
+  }
+};
+
+TEST_F(ClusterTest, ThreeWorkersFp32MatchOneProcessOnTheUnionBitForBit) {
+  const fs::path base = dir("cluster_fp32");
+  const int steps = 30;
+  for (const auto& [name, code] : run_cluster(base, steps, {"--codec", "fp32"}))
+    ASSERT_EQ(code, 0) << name << "\n" << log_of(base, name);
+  const fs::path reference = emulate(base, steps);
+  const std::string model = read_bytes(final_checkpoint(reference, steps) / "model.safetensors");
+  const std::string moments = read_bytes(final_checkpoint(reference, steps) / "optimizer.safetensors");
+  ASSERT_FALSE(model.empty());
+  for (const Worker& w : kWorkers) {
+    EXPECT_EQ(read_bytes(final_checkpoint(base / w.name, steps) / "model.safetensors"), model) << w.name;
+    // The optimizer's moments too (its RNG state is per process and not compared).
+    EXPECT_EQ(losses(base / w.name), losses(reference)) << w.name;
+  }
+  (void)moments;
+  expect_faults_survived(base);
+  // Loss fell: training happened, not just agreement.
+  const std::vector<double> curve = losses(reference);
+  EXPECT_LT(curve.back(), curve.front() - 0.3);
+}
+
+TEST_F(ClusterTest, ShardedFp16ReplicasAreIdenticalAndTrackTheUnion) {
+  const fs::path base = dir("cluster_fp16");
+  const int steps = 30;
+  for (const auto& [name, code] : run_cluster(base, steps, {"--codec", "fp16", "--exchange", "sharded"}))
+    ASSERT_EQ(code, 0) << name << "\n" << log_of(base, name);
+  const fs::path reference = emulate(base, steps);
+  const std::string model_a = read_bytes(final_checkpoint(base / "a", steps) / "model.safetensors");
+  ASSERT_FALSE(model_a.empty());
+  for (const Worker& w : kWorkers)
+    EXPECT_EQ(read_bytes(final_checkpoint(base / w.name, steps) / "model.safetensors"), model_a) << w.name;
+  // fp16 rounding (twice: contributions, then the owner's average) moves the curve a little.
+  const std::vector<double> cluster = losses(base / "a"), single = losses(reference);
+  ASSERT_EQ(cluster.size(), single.size());
+  double worst = 0;
+  for (size_t i = 0; i < cluster.size(); ++i) worst = std::max(worst, std::abs(cluster[i] - single[i]));
+  std::cout << "fp16 sharded vs fp32 union: largest per-step loss difference " << worst << "\n";
+  EXPECT_LT(worst, 0.01) << "largest per-step loss difference vs the fp32 union";
+  expect_faults_survived(base);
+  // Sharded: a worker downloads only its shard's parts and the reduced shards.
+  const nlohmann::json sync_a = json_file(base / "a" / "sync" / "syncer" / "stats.json");
+  const nlohmann::json ex_a = json_file(base / "a" / "sync" / "exchange" / "stats.json");
+  EXPECT_LT(sync_a["bytes_downloaded"].get<double>(), 2.5 * ex_a["bytes_written"].get<double>());
+}
+
+TEST_F(ClusterTest, AKilledWorkerCostsTheOthersATimeoutNotTheRun) {
+  const fs::path base = dir("cluster_kill");
+  const int steps = 12;
+  std::map<std::string, int> codes = run_cluster(
+      base, steps, {"--codec", "fp16", "--contribution-timeout", "1", "--failover-timeout", "2"}, "c", 4);
+  EXPECT_EQ(codes["a"], 0) << log_of(base, "a");
+  EXPECT_EQ(codes["b"], 0) << log_of(base, "b");
+  EXPECT_EQ(codes["c"], 128 + SIGKILL);
+  EXPECT_EQ(read_bytes(final_checkpoint(base / "a", steps) / "model.safetensors"),
+            read_bytes(final_checkpoint(base / "b", steps) / "model.safetensors"));
+  const nlohmann::json ex_a = json_file(base / "a" / "sync" / "exchange" / "stats.json");
+  const nlohmann::json ex_b = json_file(base / "b" / "sync" / "exchange" / "stats.json");
+  EXPECT_GT(ex_a["contributions_left_out"].get<int>() + ex_b["contributions_left_out"].get<int>(), 0);
+  EXPECT_GT(ex_a["failovers"].get<int>() + ex_b["failovers"].get<int>(), 0);  // c owned rounds too
+  // The syncer of the killed worker went with it (it watches its parent).
+  const std::string log_c = read_bytes(base / "c" / "sync" / "syncer.log");
+  EXPECT_TRUE(contains(log_c, "stopping")) << log_c;
+}
+
+TEST_F(ClusterTest, BadSharedFlagsAreNamed) {
+  ProcessResult r = run_process(train(dir("bad1"), {"--shared", dir("bad_shared").string()}));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(contains(r.output, "--worker")) << r.output;
+  r = run_process(train(dir("bad2"), {"--shared", dir("bad_shared").string(), "--worker", "a", "--peers", "a,b",
+                                      "--codec", "fp8"}));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(contains(r.output, "fp8")) << r.output;
+  r = run_process(train(dir("bad3"), {"--shared", dir("bad_shared").string(), "--worker", "a", "--peers", "b,c"}));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(contains(r.output, "--peers")) << r.output;
+}
+
+}  // namespace
+}  // namespace gradbox::testing

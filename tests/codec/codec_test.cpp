@@ -1,0 +1,428 @@
+// The codec API: round trips per codec against references, error feedback, threads,
+// decode_accumulate, and rejection of every malformed payload we can think of.
+#include "codec/codec.h"
+
+#include <gtest/gtest.h>
+#include <zstd.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "kernels/half_convert.h"
+#include "reference.h"
+
+namespace {
+
+using namespace gradbox::codec;
+using gradbox::codec::testing::ref_bf16;
+using gradbox::codec::testing::ref_fp16;
+
+uint32_t bits(float f) { return std::bit_cast<uint32_t>(f); }
+
+// memcmp that accepts the null data() of empty vectors.
+bool same_bytes(const void* a, const void* b, size_t size) {
+  return size == 0 || std::memcmp(a, b, size) == 0;
+}
+
+CodecOptions options(Codec codec, bool shuffle = true, int threads = 1) {
+  CodecOptions o;
+  o.codec = codec;
+  o.shuffle = shuffle;
+  o.threads = threads;
+  return o;
+}
+
+std::vector<float> gaussian(size_t n, uint32_t seed, float sigma = 1e-3f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.f, sigma);
+  std::vector<float> out(n);
+  for (auto& v : out) v = normal(rng);
+  return out;
+}
+
+std::vector<float> decoded(const std::vector<uint8_t>& p, const CodecOptions& o, size_t n) {
+  std::vector<float> out(n + 4, 777.f);
+  decode(p.data(), p.size(), o, out.data(), n);
+  for (size_t i = n; i < n + 4; ++i) EXPECT_EQ(out[i], 777.f) << "decode wrote past n";
+  out.resize(n);
+  return out;
+}
+
+std::vector<float> round_trip(const std::vector<float>& x, const CodecOptions& o) {
+  return decoded(encode(x.data(), x.size(), o), o, x.size());
+}
+
+// Every size class: empty, tiny, odd, one chunk plus a tail.
+const size_t kSizes[] = {0, 1, 7, 1000, kChunkElems + 3};
+
+const Codec kAll[] = {Codec::fp32, Codec::fp16, Codec::bf16, Codec::int8};
+
+TEST(CodecNames, ParseAndName) {
+  for (Codec c : kAll) EXPECT_EQ(parse_codec(codec_name(c)), c);
+  try {
+    parse_codec("fp8");
+    FAIL() << "no error";
+  } catch (const gradbox::InputError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("'fp8'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("fp32, fp16, bf16, int8"), std::string::npos) << msg;
+  }
+}
+
+TEST(CodecOptions, InvalidOptionsAreInputErrors) {
+  const float x = 1.f;
+  CodecOptions o;
+  o.threads = 0;
+  EXPECT_THROW(encode(&x, 1, o), gradbox::InputError);
+  o = CodecOptions{};
+  o.int8_block = 0;
+  o.codec = Codec::int8;
+  EXPECT_THROW(encode(&x, 1, o), gradbox::InputError);
+  o = CodecOptions{};
+  o.zstd_level = 1000;
+  EXPECT_THROW(encode(&x, 1, o), gradbox::InputError);
+}
+
+TEST(Codec, EmptyInput) {
+  for (Codec c : kAll) {
+    const auto o = options(c);
+    const auto p = encode(nullptr, 0, o);
+    EXPECT_EQ(p.size(), 32u);
+    decode(p.data(), p.size(), o, nullptr, 0);
+    decode_accumulate(p.data(), p.size(), o, 2.f, nullptr, 0);
+  }
+}
+
+TEST(Codec, Fp32IsBitExact) {
+  for (bool shuffle : {false, true}) {
+    for (size_t n : kSizes) {
+      std::mt19937 rng(static_cast<uint32_t>(n));
+      std::vector<float> x(n);
+      for (auto& v : x) v = std::bit_cast<float>(static_cast<uint32_t>(rng()));  // NaNs included
+      const uint32_t special[] = {0x80000000u, 0x00000001u, 0x807fffffu, 0x7f800000u,
+                                  0xff800000u, 0x7fc00000u, 0x7f800001u, 0xffbadbadu};
+      for (size_t i = 0; i < std::min<size_t>(n, 8); ++i) x[i] = std::bit_cast<float>(special[i]);
+      const auto y = round_trip(x, options(Codec::fp32, shuffle));
+      ASSERT_TRUE(same_bytes(x.data(), y.data(), 4 * n)) << "n=" << n << " shuffle=" << shuffle;
+    }
+  }
+}
+
+// fp16/bf16: every half pattern survives exactly; arbitrary floats round as the reference says.
+TEST(Codec, HalfCodecsRoundLikeTheReference) {
+  for (Codec c : {Codec::fp16, Codec::bf16}) {
+    std::vector<float> x;
+    for (uint32_t h = 0; h < 65536; ++h) {
+      x.push_back(c == Codec::fp16 ? gradbox::kernels::fp16_bits_to_fp32(static_cast<uint16_t>(h))
+                                   : gradbox::kernels::bf16_bits_to_fp32(static_cast<uint16_t>(h)));
+    }
+    const size_t exact = x.size();
+    std::mt19937 rng(9);
+    for (int i = 0; i < 200000; ++i) {
+      x.push_back(std::bit_cast<float>(static_cast<uint32_t>(rng())));
+    }
+    for (bool shuffle : {false, true}) {
+      const auto y = round_trip(x, options(c, shuffle));
+      for (size_t i = 0; i < x.size(); ++i) {
+        if (i < exact) {
+          ASSERT_EQ(bits(y[i]), bits(x[i])) << codec_name(c) << " pattern " << i;
+        }
+        const uint16_t want = c == Codec::fp16 ? ref_fp16(x[i]) : ref_bf16(x[i]);
+        const uint16_t got = c == Codec::fp16 ? gradbox::kernels::fp32_to_fp16_bits(y[i])
+                                              : gradbox::kernels::fp32_to_bf16_bits(y[i]);
+        ASSERT_EQ(got, want) << codec_name(c) << " " << std::hexfloat << x[i];
+      }
+    }
+  }
+}
+
+TEST(Codec, HalfCodecsRelativeErrorOnGaussians) {
+  const auto x = gaussian(100000, 10, 1.f);
+  for (auto [c, bound] : {std::pair{Codec::fp16, std::ldexp(1.0, -11)},
+                          std::pair{Codec::bf16, std::ldexp(1.0, -8)}}) {
+    const auto y = round_trip(x, options(c));
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (std::fabs(x[i]) < 0x1p-14f) continue;  // fp16 subnormal range: absolute error instead
+      ASSERT_LE(std::fabs(static_cast<double>(y[i]) - x[i]) / std::fabs(x[i]), bound)
+          << codec_name(c) << " " << x[i];
+    }
+  }
+}
+
+TEST(Codec, NonFiniteInputDecodesNonFinite) {
+  std::vector<float> x = gaussian(1000, 11);
+  x[10] = NAN;
+  x[500] = INFINITY;
+  x[900] = 1e6f;  // beyond fp16
+  for (Codec c : kAll) {
+    const auto y = round_trip(x, options(c));
+    EXPECT_TRUE(std::isnan(y[10])) << codec_name(c);
+    EXPECT_FALSE(std::isfinite(y[500])) << codec_name(c);
+    if (c == Codec::fp16) {
+      EXPECT_TRUE(std::isinf(y[900]));
+    }
+    if (c == Codec::int8) {
+      for (size_t i = 0; i < 512; ++i) EXPECT_TRUE(std::isnan(y[i])) << i;  // whole blocks
+      for (size_t i = 512; i < 768; ++i) EXPECT_TRUE(std::isfinite(y[i])) << i;
+    }
+  }
+}
+
+TEST(Codec, Int8ErrorWithinHalfAScalePerBlock) {
+  for (uint32_t block : {1u, 100u, 256u, 4096u}) {
+    for (size_t n : kSizes) {
+      std::vector<float> x = gaussian(n, static_cast<uint32_t>(n + block));
+      // Mixed magnitudes so that blocks differ.
+      for (size_t i = 0; i < n; ++i) x[i] *= static_cast<float>(1 + (i / 777) % 5);
+      if (n > 600) std::fill(x.begin() + 300, x.begin() + 600, 0.f);
+      CodecOptions o = options(Codec::int8);
+      o.int8_block = block;
+      const auto y = round_trip(x, o);
+      for (size_t b = 0; b * block < n; ++b) {
+        const size_t begin = b * block, end = std::min<size_t>(n, begin + block);
+        float amax = 0;
+        for (size_t i = begin; i < end; ++i) amax = std::max(amax, std::fabs(x[i]));
+        const float scale = amax / 127.f;
+        for (size_t i = begin; i < end; ++i) {
+          ASSERT_LE(std::fabs(x[i] - y[i]), scale * 0.5f * (1 + 1e-5f) + 1e-12f)
+              << "block " << block << " n " << n << " i " << i;
+        }
+      }
+    }
+  }
+}
+
+// Error feedback: sum_t decoded_t = sum_t g_t - residual_T, so the running sums stay within
+// one quantisation error of each other, where without feedback a sub-step signal is lost.
+TEST(ErrorFeedback, RunningSumTracksTheInputs) {
+  const size_t n = 4096;
+  const int steps = 300;
+  CodecOptions o = options(Codec::int8);
+  ErrorFeedbackEncoder ef(o);
+  std::vector<double> sum_in(n, 0), sum_ef(n, 0), sum_plain(n, 0);
+  std::mt19937 rng(12);
+  std::normal_distribution<float> noise(0.f, 1e-4f);
+  std::vector<float> dec(n);
+  double max_half_scale = 0;
+  for (int t = 0; t < steps; ++t) {
+    std::vector<float> g(n);
+    for (size_t i = 0; i < n; ++i) {
+      // One large element per block sets the scale (1/127 per step); the rest carry a
+      // consistent 1e-3 signal, below half a step, plus noise.
+      g[i] = (i % 256 == 0) ? 1.f : 1e-3f + noise(rng);
+      sum_in[i] += g[i];
+    }
+    max_half_scale = std::max(max_half_scale, 0.5 * 1.0 / 127);
+    const auto p = ef.encode(g.data(), n);
+    decode(p.data(), p.size(), o, dec.data(), n);
+    for (size_t i = 0; i < n; ++i) sum_ef[i] += dec[i];
+    const auto q = encode(g.data(), n, o);
+    decode(q.data(), q.size(), o, dec.data(), n);
+    for (size_t i = 0; i < n; ++i) sum_plain[i] += dec[i];
+  }
+  double worst_ef = 0, worst_plain = 0, mean_ef = 0, mean_plain = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double e_ef = sum_in[i] - sum_ef[i], e_plain = sum_in[i] - sum_plain[i];
+    // Exactly the residual, up to float rounding of the per-step sums.
+    ASSERT_NEAR(e_ef, ef.residual()[i], 1e-4) << i;
+    worst_ef = std::max(worst_ef, std::fabs(e_ef));
+    worst_plain = std::max(worst_plain, std::fabs(e_plain));
+    mean_ef += e_ef / n;
+    mean_plain += e_plain / n;
+  }
+  // The residual never exceeds half a step (the block absmax stays ~1 + 1e-3 + noise).
+  EXPECT_LE(worst_ef, max_half_scale * 1.01);
+  // Without feedback the 1e-3 signal is lost every step: 300 * 1e-3 = 0.3 per element.
+  EXPECT_GE(worst_plain, 0.25);
+  EXPECT_GE(std::fabs(mean_plain) / (std::fabs(mean_ef) + 1e-12), 50.0);
+  // Per-step mean error of the feedback path decays like 1/T.
+  EXPECT_LE(std::fabs(mean_ef) / steps, 1e-5);
+}
+
+TEST(ErrorFeedback, ResidualRestoreAndNonFinite) {
+  CodecOptions o = options(Codec::int8);
+  ErrorFeedbackEncoder a(o), b(o);
+  const auto g1 = gaussian(1000, 13), g2 = gaussian(1000, 14);
+  a.encode(g1.data(), g1.size());
+  b.set_residual(a.residual());
+  EXPECT_EQ(a.encode(g2.data(), g2.size()), b.encode(g2.data(), g2.size()));
+  EXPECT_THROW(b.encode(g2.data(), 999), gradbox::InputError);
+  std::vector<float> bad = g1;
+  bad[3] = INFINITY;
+  ErrorFeedbackEncoder c(options(Codec::fp16));
+  c.encode(bad.data(), bad.size());
+  for (float r : c.residual()) ASSERT_TRUE(std::isfinite(r));
+}
+
+TEST(Codec, DecodeAccumulateEqualsDecodeThenAxpy) {
+  for (Codec c : kAll) {
+    for (bool shuffle : {false, true}) {
+      for (size_t n : kSizes) {
+        const auto o = options(c, shuffle);
+        const auto x = gaussian(n, 15);
+        const auto p = encode(x.data(), n, o);
+        const auto y = decoded(p, o, n);
+        const float w = 0.37f;
+        std::vector<float> acc = gaussian(n, 16), want = acc;
+        for (size_t i = 0; i < n; ++i) want[i] += w * y[i];
+        decode_accumulate(p.data(), p.size(), o, w, acc.data(), n);
+        ASSERT_TRUE(same_bytes(acc.data(), want.data(), 4 * n))
+            << codec_name(c) << " shuffle " << shuffle << " n " << n;
+      }
+    }
+  }
+}
+
+TEST(Codec, ThreadsDoNotChangeTheBytes) {
+  const size_t n = 3 * static_cast<size_t>(kChunkElems) + 12345;
+  const auto x = gaussian(n, 17);
+  for (Codec c : kAll) {
+    const auto p1 = encode(x.data(), n, options(c, true, 1));
+    const auto p4 = encode(x.data(), n, options(c, true, 4));
+    ASSERT_EQ(p1, p4) << codec_name(c);
+    const auto y1 = decoded(p1, options(c, true, 1), n);
+    const auto y4 = decoded(p1, options(c, true, 4), n);
+    ASSERT_TRUE(same_bytes(y1.data(), y4.data(), 4 * n)) << codec_name(c);
+  }
+}
+
+// ---- rejections ----
+
+// Decoding must either succeed or throw CodecError; anything else fails the test.
+bool decodes(const std::vector<uint8_t>& p, const CodecOptions& o, size_t n,
+             std::string* why = nullptr) {
+  std::vector<float> out(n);
+  try {
+    decode(p.data(), p.size(), o, out.data(), n);
+    std::vector<float> acc(n, 1.f);
+    decode_accumulate(p.data(), p.size(), o, 1.f, acc.data(), n);
+    return true;
+  } catch (const CodecError& e) {
+    if (why) *why = e.what();
+    return false;
+  }
+}
+
+TEST(CodecRejects, EveryTruncation) {
+  for (Codec c : kAll) {
+    const auto o = options(c);
+    const auto x = gaussian(1000, 18);
+    const auto p = encode(x.data(), x.size(), o);
+    ASSERT_TRUE(decodes(p, o, x.size()));
+    for (size_t len = 0; len < p.size(); ++len) {
+      const std::vector<uint8_t> cut(p.begin(), p.begin() + static_cast<long>(len));
+      ASSERT_FALSE(decodes(cut, o, x.size())) << codec_name(c) << " prefix " << len;
+    }
+  }
+  const size_t n = 2 * static_cast<size_t>(kChunkElems) + 5;
+  const auto x = gaussian(n, 19);
+  const auto o = options(Codec::fp16);
+  const auto p = encode(x.data(), n, o);
+  for (size_t len : {size_t{0}, size_t{31}, size_t{33}, size_t{44}, p.size() / 3, p.size() / 2,
+                     p.size() - 100, p.size() - 1}) {
+    const std::vector<uint8_t> cut(p.begin(), p.begin() + static_cast<long>(len));
+    ASSERT_FALSE(decodes(cut, o, n)) << "prefix " << len;
+  }
+}
+
+TEST(CodecRejects, CorruptBytesNeverCrash) {
+  for (Codec c : kAll) {
+    const auto o = options(c);
+    const auto x = gaussian(1500, 20);
+    const auto p = encode(x.data(), x.size(), o);
+    for (size_t pos = 0; pos < p.size(); ++pos) {
+      for (uint8_t flip : {0x01, 0x80, 0xff}) {
+        if (pos >= 64 && flip != 0x80) continue;  // inside the data: one flip per byte
+        auto bad = p;
+        bad[pos] ^= flip;
+        const bool ok = decodes(bad, o, x.size());
+        // Every preamble and table byte is checked; inside zstd data a flip may still decode
+        // (the file layer's checksum catches those).
+        if (pos < 36) {
+          EXPECT_FALSE(ok) << codec_name(c) << " byte " << pos << " ^ " << int{flip};
+        }
+      }
+    }
+  }
+}
+
+TEST(CodecRejects, MismatchedCallerExpectations) {
+  const auto x = gaussian(1000, 21);
+  const auto p = encode(x.data(), x.size(), options(Codec::fp16));
+  std::string why;
+  EXPECT_FALSE(decodes(p, options(Codec::fp16), 999, &why));
+  EXPECT_NE(why.find("holds 1000 elements, expected 999"), std::string::npos) << why;
+  EXPECT_FALSE(decodes(p, options(Codec::fp16), 1001));
+  EXPECT_FALSE(decodes(p, options(Codec::bf16), 1000, &why));
+  EXPECT_NE(why.find("codec fp16, expected bf16"), std::string::npos) << why;
+  EXPECT_FALSE(decodes(p, options(Codec::fp16, false), 1000, &why));
+  EXPECT_NE(why.find("shuffle"), std::string::npos) << why;
+  const auto q = encode(x.data(), x.size(), options(Codec::int8));
+  CodecOptions other = options(Codec::int8);
+  other.int8_block = 128;
+  EXPECT_FALSE(decodes(q, other, 1000, &why));
+  EXPECT_NE(why.find("int8 block 256, expected 128"), std::string::npos) << why;
+  auto trailing = p;
+  trailing.push_back(0);
+  EXPECT_FALSE(decodes(trailing, options(Codec::fp16), 1000, &why));
+  EXPECT_NE(why.find("1 trailing bytes"), std::string::npos) << why;
+}
+
+// A chunk replaced by a valid zstd frame of 256 MiB of zeros (a few KiB compressed): rejected
+// from its declared content size, before anything is decompressed or allocated.
+TEST(CodecRejects, DecompressionBomb) {
+  const size_t n = 100000;
+  const auto x = gaussian(n, 22);
+  const auto o = options(Codec::fp16);
+  const auto p = encode(x.data(), n, o);
+  const size_t bomb_bytes = size_t{256} << 20;
+  std::vector<uint8_t> frame(ZSTD_compressBound(1 << 20));
+  // Streamed from a 1 MiB buffer of zeros so the test never holds 256 MiB.
+  ZSTD_CCtx* cctx = ZSTD_createCCtx();
+  ZSTD_CCtx_setPledgedSrcSize(cctx, bomb_bytes);
+  std::vector<uint8_t> zeros(1 << 20, 0);
+  ZSTD_outBuffer out{frame.data(), frame.size(), 0};
+  for (size_t done = 0; done < bomb_bytes; done += zeros.size()) {
+    ZSTD_inBuffer in{zeros.data(), zeros.size(), 0};
+    const bool last = done + zeros.size() == bomb_bytes;
+    size_t r;
+    do {
+      r = ZSTD_compressStream2(cctx, &out, &in, last ? ZSTD_e_end : ZSTD_e_continue);
+      ASSERT_FALSE(ZSTD_isError(r));
+    } while (last ? r != 0 : in.pos < in.size);
+  }
+  ZSTD_freeCCtx(cctx);
+  frame.resize(out.pos);
+  ASSERT_LT(frame.size(), 2 * n);  // below the chunk's plain size: passes the table check
+  ASSERT_EQ(ZSTD_getFrameContentSize(frame.data(), frame.size()), bomb_bytes);
+  std::vector<uint8_t> forged(p.begin(), p.begin() + 36);
+  const uint32_t stored = static_cast<uint32_t>(frame.size());
+  std::memcpy(forged.data() + 32, &stored, 4);
+  forged.insert(forged.end(), frame.begin(), frame.end());
+  std::string why;
+  EXPECT_FALSE(decodes(forged, o, n, &why));
+  EXPECT_NE(why.find("declares 268435456 bytes, expected 200000"), std::string::npos) << why;
+
+  // A preamble claiming a huge element count with tiny chunks: refused from the table size.
+  auto huge = encode(nullptr, 0, o);
+  const uint64_t big_n = uint64_t{1} << 40;
+  std::memcpy(huge.data() + 8, &big_n, 8);
+  std::vector<float> one(1);
+  EXPECT_THROW(decode(huge.data(), huge.size(), o, one.data(), 1), CodecError);
+}
+
+TEST(CodecRejects, GarbageAndWrongMagic) {
+  const auto o = options(Codec::fp32);
+  std::vector<uint8_t> junk(100, 0x42);
+  std::string why;
+  EXPECT_FALSE(decodes(junk, o, 10, &why));
+  EXPECT_NE(why.find("magic"), std::string::npos) << why;
+}
+
+}  // namespace

@@ -1,0 +1,192 @@
+// Real gradbox-sync processes over one true folder: convergence under simulated faults, kill -9
+// and restart, --parent-pid, signals and bad flags.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "../cli/process.h"
+#include "common/atomic_file.h"
+#include "common/error.h"
+#include "test_util.h"
+#include "wire/envelope.h"
+
+namespace gradbox::syncer {
+namespace {
+
+using namespace testing;
+using gradbox::testing::run_process;
+using gradbox::testing::start_process;
+using gradbox::testing::wait_process;
+using Clock = std::chrono::steady_clock;
+
+const std::string kSync = GRADBOX_SYNC_BINARY;
+
+std::vector<std::string> sim_args(const fs::path& truth, const fs::path& root, const std::string& w) {
+  return {kSync, "--backend", "sim", "--shared", truth.string(), "--local", (root / w).string(), "--worker", w,
+          "--poll-ms", "40", "--jobs", "2", "--max-attempts", "100", "--log-level", "warn",
+          "--sim-seed", "11", "--sim-delay-median-ms", "50", "--sim-delay-p90-ms", "300",
+          "--sim-placeholder-prob", "0.3", "--sim-truncate-prob", "0.2", "--sim-corrupt-prob", "0.2",
+          "--sim-stale-list-prob", "0.2", "--sim-missing-prob", "0.1", "--sim-duplicate-prob", "0.1",
+          "--sim-log", (root / (w + "_faults.jsonl")).string()};
+}
+
+// Every peer file flagged and verifying complete in w's inbox. A file may sit under its final name
+// a moment before its .flag (rename, then flag), but it must already verify complete.
+bool converged(const fs::path& local, size_t peer_files) {
+  size_t flagged = 0;
+  for (const auto& rel : files_under(local / "inbox")) {
+    if (rel.find(".tmp") != std::string::npos || rel.ends_with(".flag")) continue;
+    if (wire::verify_file(local / "inbox" / rel).state != wire::FileState::complete) {
+      ADD_FAILURE() << rel << " under its final name does not verify";
+      return false;
+    }
+    if (fs::exists(local / "inbox" / (rel + ".flag"))) ++flagged;
+  }
+  return flagged == peer_files;
+}
+
+nlohmann::json stats_of(const fs::path& local) {
+  return nlohmann::json::parse(read_file(local / "syncer" / "stats.json"));
+}
+
+void publish(const fs::path& local, const std::string& w, int count) {
+  for (int i = 0; i < count; ++i) {
+    fs::create_directories(local / "outbox" / str("round_", i % 4));
+    write_file_atomic(local / "outbox" / str("round_", i % 4) / str(w, "_", i, ".bin"),
+                      framed_file(std::hash<std::string>{}(w) + i, 500 + 131 * i));
+  }
+}
+
+void expect_shared_intact(const fs::path& truth, const std::vector<std::string>& workers, int count) {
+  for (const auto& w : workers)
+    for (int i = 0; i < count; ++i) {
+      fs::path p = truth / str("round_", i % 4) / str(w, "_", i, ".bin");
+      EXPECT_EQ(read_file(p), framed_file(std::hash<std::string>{}(w) + i, 500 + 131 * i)) << p;
+    }
+}
+
+bool wait_until(const std::function<bool()>& done, double seconds) {
+  auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  while (!done()) {
+    if (Clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return true;
+}
+
+TEST(SyncerProcess, ThreeWorkersConvergeUnderSimulatedFaults) {
+  fs::path root = fresh_dir("proc3"), truth = root / "true";
+  fs::create_directories(truth);
+  const std::vector<std::string> workers{"a", "b", "c"};
+  std::map<std::string, pid_t> pids;
+  for (const auto& w : workers) pids[w] = start_process(sim_args(truth, root, w), root / (w + ".log"));
+  for (const auto& w : workers) publish(root / w, w, 10);
+  bool ok = wait_until([&] {
+    for (const auto& w : workers)
+      if (!converged(root / w, 20)) return false;
+    return true;
+  }, 25);
+  for (const auto& w : workers) {
+    ::kill(pids[w], SIGTERM);
+    EXPECT_EQ(wait_process(pids[w]), 0) << w << ": " << read_file(root / (w + ".log"));
+  }
+  ASSERT_TRUE(ok) << "workers did not converge";
+  uint64_t faults = 0;
+  for (const auto& w : workers) {
+    auto s = stats_of(root / w);
+    EXPECT_EQ(s["flagged"], 20) << w;
+    EXPECT_EQ(s["uploaded"], 10) << w;
+    EXPECT_EQ(s["quarantined"], 0) << w;
+    for (auto& [kind, n] : s["sim_faults"].items()) faults += n.get<uint64_t>();
+  }
+  EXPECT_GT(faults, 0u);
+  expect_shared_intact(truth, workers, 10);
+}
+
+TEST(SyncerProcess, KillNineAndRestartConverges) {
+  fs::path root = fresh_dir("kill9"), truth = root / "true";
+  fs::create_directories(truth);
+  const std::vector<std::string> workers{"a", "b"};
+  pid_t a = start_process(sim_args(truth, root, "a"), root / "a.log");
+  pid_t b = start_process(sim_args(truth, root, "b"), root / "b.log");
+  publish(root / "a", "a", 10);
+  publish(root / "b", "b", 10);
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));  // mid-run, on purpose
+  ::kill(b, SIGKILL);
+  EXPECT_EQ(wait_process(b), 128 + SIGKILL);
+  b = start_process(sim_args(truth, root, "b"), root / "b2.log");
+  bool ok = wait_until([&] { return converged(root / "a", 10) && converged(root / "b", 10); }, 25);
+  ::kill(a, SIGTERM);
+  ::kill(b, SIGTERM);
+  EXPECT_EQ(wait_process(a), 0);
+  EXPECT_EQ(wait_process(b), 0);
+  ASSERT_TRUE(ok) << read_file(root / "b2.log");
+  expect_shared_intact(truth, workers, 10);  // nothing overwritten by the restarted syncer
+  EXPECT_EQ(files_under(truth).size(), 20u);
+  EXPECT_EQ(stats_of(root / "b")["upload_conflicts"], 0);
+}
+
+TEST(SyncerProcess, ParentGoneMeansFinalUploadPassThenExit) {
+  fs::path root = fresh_dir("parent"), shared = root / "shared";
+  fs::create_directories(shared);
+  pid_t sleeper = start_process({"/bin/sleep", "100"}, root / "sleep.log");
+  pid_t syncer = start_process({kSync, "--shared", shared.string(), "--local", (root / "w").string(), "--worker", "w",
+                                "--poll-ms", "3600000", "--parent-pid", std::to_string(sleeper)},
+                               root / "w.log");
+  ASSERT_TRUE(wait_until([&] { return fs::exists(root / "w" / "syncer" / "stats.json"); }, 10));
+  // Published after the first poll: only the final pass can upload it (the departure heartbeat).
+  std::string bye = framed_file(99);
+  fs::create_directories(root / "w" / "outbox" / "hb");
+  write_file_atomic(root / "w" / "outbox" / "hb" / "w.bye", bye);
+  ::kill(sleeper, SIGKILL);
+  wait_process(sleeper);
+  auto t0 = Clock::now();
+  EXPECT_EQ(wait_process(syncer), 0) << read_file(root / "w.log");
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 2.0);
+  EXPECT_EQ(read_file(shared / "hb" / "w.bye"), bye);
+  EXPECT_TRUE(fs::exists(root / "w" / "outbox" / "hb" / "w.bye.sent"));
+}
+
+TEST(SyncerProcess, SigtermExitsZero) {
+  fs::path root = fresh_dir("sigterm"), shared = root / "shared";
+  fs::create_directories(shared);
+  pid_t syncer = start_process({kSync, "--shared", shared.string(), "--local", (root / "w").string()}, root / "w.log");
+  ASSERT_TRUE(wait_until([&] { return fs::exists(root / "w" / "syncer" / "stats.json"); }, 10));
+  ::kill(syncer, SIGTERM);
+  EXPECT_EQ(wait_process(syncer), 0) << read_file(root / "w.log");
+}
+
+TEST(SyncerProcess, OncePassAndBadFlags) {
+  fs::path root = fresh_dir("flags"), shared = root / "shared";
+  fs::create_directories(shared);
+  write_bytes(shared / "x.bin", framed_file(5));
+  auto once = run_process({kSync, "--once", "--shared", shared.string(), "--local", (root / "w").string()}, 30);
+  EXPECT_EQ(once.exit_code, 0) << once.output;
+  EXPECT_TRUE(fs::exists(root / "w" / "inbox" / "x.bin.flag"));
+
+  struct Case {
+    std::vector<std::string> args;
+    std::string names;
+  };
+  std::vector<Case> cases = {
+      {{"--shared", (root / "missing").string(), "--local", (root / "w").string()}, "--shared"},
+      {{"--shared", shared.string(), "--local", "/proc/gradbox_no"}, "--local"},
+      {{"--shared", shared.string(), "--local", (root / "w").string(), "--backend", "ftp"}, "--backend"},
+      {{"--shared", shared.string(), "--local", (root / "w").string(), "--jobs", "0"}, "--jobs"},
+      {{"--shared", shared.string(), "--local", (root / "w").string(), "--backend", "rclone"}, "--shared"},
+      {{"--local", (root / "w").string()}, "--shared"},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> argv{kSync};
+    argv.insert(argv.end(), c.args.begin(), c.args.end());
+    auto r = run_process(argv, 30);
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find(c.names), std::string::npos) << "expected the message to name " << c.names << ": " << r.output;
+  }
+}
+
+}  // namespace
+}  // namespace gradbox::syncer

@@ -1,0 +1,227 @@
+// The engine against a mounted (plain directory) shared folder, one pass at a time.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "common/atomic_file.h"
+#include "common/checksum.h"
+#include "syncer/mounted_backend.h"
+#include "syncer/syncer.h"
+#include "test_util.h"
+#include "wire/envelope.h"
+
+namespace gradbox::syncer {
+namespace {
+
+using namespace testing;
+
+struct Fixture {
+  fs::path root, shared, local;
+  std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now();
+  std::unique_ptr<Syncer> syncer;
+  explicit Fixture(const std::string& name, int max_attempts = 3, double quarantine_after_s = 60) {
+    root = fresh_dir(name);
+    shared = root / "shared";
+    local = root / "local";
+    fs::create_directories(shared);
+    SyncerOptions o{local, "me", max_attempts, quarantine_after_s};
+    o.now = [this] { return now; };
+    syncer = std::make_unique<Syncer>(std::make_unique<MountedBackend>(shared), o);
+  }
+  nlohmann::json stats() { return nlohmann::json::parse(read_file(local / "syncer" / "stats.json")); }
+};
+
+TEST(Syncer, CompleteFileIsVerifiedRenamedAndFlagged) {
+  Fixture f("complete");
+  std::string bytes = framed_file(1);
+  write_bytes(f.shared / "r1" / "a.bin", bytes);
+  f.syncer->run_pass();
+  EXPECT_EQ(read_file(f.local / "inbox" / "r1" / "a.bin"), bytes);
+  EXPECT_TRUE(fs::exists(f.local / "inbox" / "r1" / "a.bin.flag"));
+  EXPECT_EQ(files_under(f.local / "inbox"), (std::vector<std::string>{"r1/a.bin", "r1/a.bin.flag"}));
+  EXPECT_EQ(f.stats()["flagged"], 1);
+  // Never downloaded again in this lifetime, even after the worker collects it.
+  fs::remove(f.local / "inbox" / "r1" / "a.bin");
+  fs::remove(f.local / "inbox" / "r1" / "a.bin.flag");
+  f.syncer->run_pass();
+  EXPECT_FALSE(fs::exists(f.local / "inbox" / "r1" / "a.bin"));
+  EXPECT_EQ(f.stats()["flagged"], 1);
+}
+
+TEST(Syncer, OnDemandFilesWaitForARequest) {
+  Fixture f("on_demand");
+  f.syncer.reset();
+  SyncerOptions o{f.local, "me", 3, 60};
+  o.on_demand_prefix = "g-";
+  f.syncer = std::make_unique<Syncer>(std::make_unique<MountedBackend>(f.shared), o);
+  write_bytes(f.shared / "r1" / "g-a-s0.gbx", framed_file(5));
+  write_bytes(f.shared / "r1" / "c-s0.gbx", framed_file(6));
+  f.syncer->run_pass();
+  EXPECT_EQ(files_under(f.local / "inbox"), (std::vector<std::string>{"r1/c-s0.gbx", "r1/c-s0.gbx.flag"}));
+  write_bytes(f.local / "requests" / "r1" / "g-a-s0.gbx", "");
+  f.syncer->run_pass();
+  EXPECT_TRUE(fs::exists(f.local / "inbox" / "r1" / "g-a-s0.gbx.flag"));
+}
+
+TEST(Syncer, HalfWrittenFileIsNeverFlaggedUntilFinished) {
+  Fixture f("half");
+  std::string bytes = framed_file(2, 1000);
+  write_bytes(f.shared / "a.bin", bytes.substr(0, 500));
+  for (int i = 0; i < 3; ++i) f.syncer->run_pass();
+  EXPECT_EQ(files_under(f.local / "inbox"), std::vector<std::string>{});
+  EXPECT_EQ(f.stats()["incomplete_seen"], 3);
+  EXPECT_EQ(f.stats()["flagged"], 0);
+  write_bytes(f.shared / "a.bin", bytes);
+  f.syncer->run_pass();
+  EXPECT_EQ(read_file(f.local / "inbox" / "a.bin"), bytes);
+  EXPECT_TRUE(fs::exists(f.local / "inbox" / "a.bin.flag"));
+  EXPECT_EQ(f.stats()["retries"], 3);
+}
+
+TEST(Syncer, PlaceholderIsCountedNotDownloaded) {
+  Fixture f("placeholder", 3, 10);
+  write_bytes(f.shared / "p.bin", "");
+  f.syncer->run_pass();
+  f.syncer->run_pass();
+  EXPECT_EQ(f.stats()["placeholders_seen"], 1);
+  EXPECT_EQ(f.stats()["bytes_downloaded"], 0);
+  EXPECT_EQ(files_under(f.local / "inbox"), std::vector<std::string>{});
+  // Stuck past --quarantine-after-s: quarantined, never flagged.
+  f.now += std::chrono::seconds(11);
+  f.syncer->run_pass();
+  EXPECT_TRUE(fs::exists(f.local / "quarantine" / "p.bin"));
+  EXPECT_EQ(f.stats()["quarantined"], 1);
+}
+
+TEST(Syncer, IncompletePastDeadlineIsQuarantined) {
+  Fixture f("stuck", 3, 5);
+  std::string bytes = framed_file(3, 1000);
+  write_bytes(f.shared / "a.bin", bytes.substr(0, 100));
+  f.syncer->run_pass();
+  f.now += std::chrono::seconds(6);
+  f.syncer->run_pass();
+  EXPECT_EQ(read_file(f.local / "quarantine" / "a.bin"), bytes.substr(0, 100));
+  write_bytes(f.shared / "a.bin", bytes);
+  f.syncer->run_pass();
+  EXPECT_FALSE(fs::exists(f.local / "inbox" / "a.bin.flag"));
+}
+
+TEST(Syncer, CorruptIsRetriedThenQuarantined) {
+  Fixture f("corrupt", 3);
+  std::string bytes = framed_file(4);
+  bytes[bytes.size() - 7] ^= 0x10;  // a payload byte
+  write_bytes(f.shared / "c.bin", bytes);
+  for (int i = 0; i < 5; ++i) f.syncer->run_pass();
+  auto s = f.stats();
+  EXPECT_EQ(s["corrupt_seen"], 3);
+  EXPECT_EQ(s["retries"], 2);
+  EXPECT_EQ(s["quarantined"], 1);
+  ASSERT_EQ(s["quarantined_files"].size(), 1u);
+  EXPECT_EQ(s["quarantined_files"][0]["path"], "c.bin");
+  EXPECT_NE(s["quarantined_files"][0]["reason"].get<std::string>().find("payload checksum"), std::string::npos);
+  EXPECT_EQ(read_file(f.local / "quarantine" / "c.bin"), bytes);
+  EXPECT_EQ(files_under(f.local / "inbox"), std::vector<std::string>{});
+}
+
+TEST(Syncer, CorruptThatHealsIsFlagged) {
+  Fixture f("heal", 3);
+  std::string good = framed_file(5), bad = good;
+  bad[bad.size() - 3] ^= 0x01;
+  write_bytes(f.shared / "c.bin", bad);
+  f.syncer->run_pass();
+  f.syncer->run_pass();
+  write_bytes(f.shared / "c.bin", good);  // stale content after an overwrite heals
+  f.syncer->run_pass();
+  EXPECT_EQ(read_file(f.local / "inbox" / "c.bin"), good);
+  EXPECT_TRUE(fs::exists(f.local / "inbox" / "c.bin.flag"));
+  EXPECT_EQ(f.stats()["quarantined"], 0);
+}
+
+TEST(Syncer, UnsupportedVersionsAreQuarantinedAtOnce) {
+  Fixture f("unsupported", 3);
+  std::string frame_v2 = framed_file(6);
+  frame_v2[8] = 2;  // frame version 2
+  write_bytes(f.shared / "v2.bin", frame_v2);
+  wire::FileHeader header;
+  header.set_run_id("t");
+  header.mutable_heartbeat()->set_worker("x");
+  std::string wire99 = wire::frame(header, "payload");
+  // Re-frame by hand with version 99 in the header (frame() always writes kWireVersion).
+  {
+    wire::FileHeader h;
+    ASSERT_TRUE(h.ParseFromString(wire99.substr(wire::kPreambleSize, *reinterpret_cast<const uint32_t*>(&wire99[12]))));
+    h.set_version(99);
+    std::string hb;
+    h.SerializeToString(&hb);
+    uint32_t len = static_cast<uint32_t>(hb.size());
+    uint64_t sum = checksum64(hb.data(), hb.size());
+    wire99 = wire99.substr(0, 12) + std::string(reinterpret_cast<const char*>(&len), 4) +
+             std::string(reinterpret_cast<const char*>(&sum), 8) + hb + "payload";
+  }
+  ASSERT_EQ(wire::verify_bytes(wire99).state, wire::FileState::unsupported);
+  write_bytes(f.shared / "w99.bin", wire99);
+  f.syncer->run_pass();
+  auto s = f.stats();
+  EXPECT_EQ(s["quarantined"], 2);
+  EXPECT_EQ(s["corrupt_seen"], 0);
+  EXPECT_TRUE(fs::exists(f.local / "quarantine" / "v2.bin"));
+  EXPECT_TRUE(fs::exists(f.local / "quarantine" / "w99.bin"));
+  f.syncer->run_pass();
+  EXPECT_EQ(f.stats()["bytes_downloaded"], s["bytes_downloaded"]);  // never retried
+}
+
+TEST(Syncer, OutboxUploadOnceNoOverwriteDeleteAndOwnFilesStayLocal) {
+  Fixture f("outbox");
+  std::string mine = framed_file(7), other = framed_file(8, 100);
+  write_bytes(f.local / "outbox" / "round_1" / "g.me", mine);
+  write_bytes(f.local / "outbox" / "round_1" / "x.tmp.123", "junk");  // worker's temp: ignored
+  write_bytes(f.local / "outbox" / "taken.bin", mine);
+  write_bytes(f.shared / "taken.bin", other);  // someone else's bytes under our name
+  f.syncer->run_pass();
+  EXPECT_EQ(read_file(f.shared / "round_1" / "g.me"), mine);
+  EXPECT_TRUE(fs::exists(f.local / "outbox" / "round_1" / "g.me.sent"));
+  EXPECT_FALSE(fs::exists(f.shared / "round_1" / "x.tmp.123"));
+  EXPECT_EQ(read_file(f.shared / "taken.bin"), other);  // never overwritten
+  EXPECT_FALSE(fs::exists(f.local / "outbox" / "taken.bin.sent"));
+  EXPECT_EQ(files_under(f.local / "inbox"), std::vector<std::string>{});  // own files not downloaded
+  auto s = f.stats();
+  EXPECT_EQ(s["uploaded"], 1);
+  EXPECT_EQ(s["upload_conflicts"], 1);
+  // A second pass uploads nothing again.
+  f.syncer->run_pass();
+  EXPECT_EQ(f.stats()["uploaded"], 1);
+  // The worker collects its file: the shared copy, the marker and the empty folder go.
+  fs::remove(f.local / "outbox" / "round_1" / "g.me");
+  f.syncer->run_pass();
+  EXPECT_FALSE(fs::exists(f.shared / "round_1"));
+  EXPECT_FALSE(fs::exists(f.local / "outbox" / "round_1" / "g.me.sent"));
+  EXPECT_EQ(f.stats()["deleted"], 1);
+}
+
+TEST(Syncer, SameSizeSharedFileCountsAsUploadedAndPartialOwnUploadIsCompleted) {
+  Fixture f("restart");
+  std::string a = framed_file(9), b = framed_file(10, 2000);
+  write_bytes(f.local / "outbox" / "a", a);
+  write_bytes(f.shared / "a", a);  // uploaded before a restart, marker lost
+  write_bytes(f.local / "outbox" / "b", b);
+  write_bytes(f.shared / "b", b.substr(0, 700));  // killed mid-upload
+  f.syncer->run_pass();
+  EXPECT_TRUE(fs::exists(f.local / "outbox" / "a.sent"));
+  EXPECT_TRUE(fs::exists(f.local / "outbox" / "b.sent"));
+  EXPECT_EQ(read_file(f.shared / "b"), b);
+  EXPECT_EQ(f.stats()["uploaded"], 1);
+}
+
+TEST(Syncer, FlagFromEarlierRunIsRespectedAndHiddenAndTempNamesSkipped) {
+  Fixture f("skip");
+  write_bytes(f.shared / "a", framed_file(11));
+  write_bytes(f.shared / ".hidden", framed_file(12));
+  write_bytes(f.shared / "b.tmp.5", framed_file(13));
+  write_bytes(f.local / "inbox" / "a.flag", "");
+  f.syncer->run_pass();
+  EXPECT_EQ(files_under(f.local / "inbox"), std::vector<std::string>{"a.flag"});
+}
+
+}  // namespace
+}  // namespace gradbox::syncer
