@@ -81,6 +81,7 @@ struct SharedFlags {
   std::string syncer = "auto";  // auto: start gradbox-sync as a sidecar; none: run it yourself
   std::string sync_backend = "mounted";
   std::string sync_args;        // extra gradbox-sync flags, space-separated (simulator settings)
+  bool overlap = false;
 };
 
 std::vector<std::string> split(const std::string& text, char sep) {
@@ -116,6 +117,7 @@ void add_shared_flags(CLI::App* cmd, SharedFlags& f) {
   cmd->add_option("--sync-backend", f.sync_backend, "mounted, rclone or sim (the cloud-folder simulator)")
       ->capture_default_str();
   cmd->add_option("--sync-args", f.sync_args, "Extra gradbox-sync flags, space-separated (e.g. simulator settings)");
+  cmd->add_flag("--overlap", f.overlap, "Exchange round r while step r+1 computes (one-step-delayed update)");
 }
 
 exchange::FolderExchangeConfig exchange_config(const SharedFlags& f, const worker::TrainConfig& train,
@@ -125,6 +127,8 @@ exchange::FolderExchangeConfig exchange_config(const SharedFlags& f, const worke
                               : f.run_id;
   GB_REQUIRE(!c.run_id.empty(), "--run-id: cannot derive one from --shared ", f.shared, "; give it");
   c.model_fingerprint = worker::model_fingerprint(trainer.model().config());
+  c.model_config_json = trainer.model().config().to_json().dump();
+  c.train_config_json = train.to_json().dump();
   c.worker = f.worker;
   c.members = split(f.peers, ',');
   c.local_dir = local;
@@ -238,7 +242,7 @@ void add_train_command(CLI::App& app) {
         if (sidecar && !sidecar->running())
           throw std::runtime_error(str("the syncer (gradbox-sync) exited; see ", (local / "syncer.log").string()));
       };
-      trainer.attach_exchange(exchange::make_folder_exchange(std::move(exchange)));
+      trainer.attach_exchange(exchange::make_folder_exchange(std::move(exchange)), shared->overlap);
     }
     std::signal(SIGINT, on_stop_signal);
     std::signal(SIGTERM, on_stop_signal);

@@ -95,6 +95,7 @@ struct Stats {
   uint64_t contributions_left_out = 0;
   uint64_t fingerprints_checked = 0;
   uint64_t fingerprint_mismatches = 0;
+  uint64_t config_mismatches = 0;
   double wait_seconds = 0;
   std::vector<std::string> rejected;
 
@@ -110,6 +111,7 @@ struct Stats {
             {"contributions_left_out", contributions_left_out},
             {"fingerprints_checked", fingerprints_checked},
             {"fingerprint_mismatches", fingerprint_mismatches},
+            {"config_mismatches", config_mismatches},
             {"wait_seconds", wait_seconds},
             {"rejected", rejected}};
   }
@@ -126,6 +128,7 @@ class FolderExchange final : public GradientExchange {
     fs::create_directories(config_.local_dir / "outbox");
     fs::create_directories(config_.local_dir / "inbox");
     fs::create_directories(config_.local_dir / "exchange");
+    publish_run_config();
   }
 
   std::string describe() const override {
@@ -143,6 +146,7 @@ class FolderExchange final : public GradientExchange {
     mine_ = mine;
     rejected_this_round_.clear();
     own_agreements_.clear();
+    check_peer_configs(rounds_done_ == 0);
     publish_contributions(grad, mine);
     const auto contributed = Clock::now();
 
@@ -184,6 +188,7 @@ class FolderExchange final : public GradientExchange {
     result.contributors = static_cast<int>(shards_[0].contributors.size());
     result.loss = result.tokens > 0 ? loss_sum / static_cast<double>(result.tokens) : mine.loss;
     ++stats_.rounds;
+    ++rounds_done_;
     if (result.skip) ++stats_.skipped_rounds;
     stats_.wait_seconds += result.wait_seconds;
     check_fingerprints();
@@ -205,6 +210,57 @@ class FolderExchange final : public GradientExchange {
 
  private:
   fs::path inbox_dir() const { return config_.local_dir / "inbox" / round_dir_name(round_); }
+
+  wire::RunConfig run_config() const {
+    wire::RunConfig rc;
+    rc.set_model_config_json(config_.model_config_json);
+    rc.set_train_config_json(config_.train_config_json);
+    rc.set_pattern(pattern_name(config_.pattern));
+    rc.set_shard_count(config_.shard_count);
+    *rc.mutable_codec() = codec_spec(config_.codec);
+    return rc;
+  }
+
+  void publish_run_config() {
+    wire::FileHeader header = new_header();
+    *header.mutable_run_config() = run_config();
+    publish(run_config_name(config_.worker), wire::frame(header, {}));
+  }
+
+  // Peers' RunConfigs that arrived since the last round. On this worker's first round a
+  // mismatch is a user error (it joined the wrong run); later, the stranger is left out.
+  void check_peer_configs(bool first_round) {
+    const fs::path dir = config_.local_dir / "inbox" / "run";
+    const wire::RunConfig mine = run_config();
+    std::error_code ec;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      if (!name.starts_with("config-") || !name.ends_with(".gbx.flag")) continue;
+      const fs::path file = dir / name.substr(0, name.size() - 5);
+      if (!checked_configs_.insert(file.string()).second) continue;
+      std::string problem;
+      const std::string peer = name.substr(7, name.size() - 7 - 9);  // config-<peer>.gbx.flag
+      try {
+        wire::WireFile wf = wire::read_wire_file(file);
+        wire::check_identity(wf.header, config_.run_id, config_.model_fingerprint, file.string());
+        const wire::RunConfig& theirs = wf.header.run_config();
+        if (theirs.pattern() != mine.pattern()) problem = str("--exchange ", theirs.pattern(), " (this worker: ", mine.pattern(), ")");
+        else if (theirs.shard_count() != mine.shard_count()) problem = str("--shards ", theirs.shard_count(), " (this worker: ", mine.shard_count(), ")");
+        else if (theirs.codec().SerializeAsString() != mine.codec().SerializeAsString())
+          problem = str("--codec ", theirs.codec().codec(), " level ", theirs.codec().zstd_level(), " (this worker: ",
+                        mine.codec().codec(), " level ", mine.codec().zstd_level(), ")");
+        if (!problem.empty()) problem = str(file.string(), ": a peer of this run uses ", problem);
+      } catch (const std::exception& e) {
+        problem = e.what();  // another run or model; names the file
+      }
+      if (problem.empty()) continue;
+      ++stats_.config_mismatches;
+      refused_workers_.insert(peer);
+      const std::string& message = problem;
+      if (first_round) throw InputError(message + "; start every worker with the same model and exchange settings");
+      logger().error(message + "; its files are left out");
+    }
+  }
 
   wire::FileHeader new_header() const {
     wire::FileHeader header;
@@ -421,7 +477,8 @@ class FolderExchange final : public GradientExchange {
       request_contributions(k);
       std::vector<std::string> present{config_.worker};
       for (const std::string& member : config_.members)
-        if (member != config_.worker && visible.count(contribution_name(member, k))) present.push_back(member);
+        if (member != config_.worker && !refused_workers_.count(member) && visible.count(contribution_name(member, k)))
+          present.push_back(member);
       const bool everyone = present.size() == config_.members.size();
       if (!everyone && elapsed < epoch_start + config_.contribution_timeout_s) return;
       if (epoch > 0) {
@@ -614,6 +671,9 @@ class FolderExchange final : public GradientExchange {
   std::set<std::string> rejected_this_round_;
   std::map<uint64_t, uint64_t> own_fingerprints_;
   std::set<std::string> checked_fingerprints_;
+  std::set<std::string> checked_configs_;
+  std::set<std::string> refused_workers_;
+  uint64_t rounds_done_ = 0;
   Stats stats_;
 };
 
@@ -660,5 +720,7 @@ std::string agreement_name(ExchangePattern pattern, uint32_t shard, uint32_t epo
 }
 
 std::string fingerprint_name(const std::string& worker) { return str("fp-", worker, ".gbx"); }
+
+std::string run_config_name(const std::string& worker) { return str("run/config-", worker, ".gbx"); }
 
 }  // namespace gradbox::exchange

@@ -23,6 +23,10 @@
 // the elastic layer). Every replica decodes the same bytes and sums them in the same order
 // (sorted by worker), so identical inputs give bit-identical averages.
 //
+// Every worker also publishes its RunConfig (model, pattern, shards, codec). A peer whose
+// settings differ is refused: a worker that sees the mismatch on its first round exits with an
+// error naming the file and the setting; one already training leaves the stranger's files out.
+//
 // The local side (the syncer contract): this worker writes its files atomically into
 // <local>/outbox/<rel> and reads peers' files from <local>/inbox/<rel> only once
 // <local>/inbox/<rel>.flag exists. In the sharded pattern contributions are fetched on demand:
@@ -46,6 +50,8 @@ const char* pattern_name(ExchangePattern pattern);
 struct FolderExchangeConfig {
   std::string run_id;
   uint64_t model_fingerprint = 0;
+  std::string model_config_json;  // published in run/config-<worker>.gbx for peers to check
+  std::string train_config_json;
   std::string worker;
   std::vector<std::string> members;  // every worker of the run, this one included
   std::filesystem::path local_dir;
@@ -71,5 +77,6 @@ std::string round_dir_name(uint64_t round);  // "rounds/r00000012"
 std::string contribution_name(const std::string& worker, uint32_t shard);
 std::string agreement_name(ExchangePattern pattern, uint32_t shard, uint32_t epoch, const std::string& owner);
 std::string fingerprint_name(const std::string& worker);
+std::string run_config_name(const std::string& worker);  // "run/config-<worker>.gbx"
 
 }  // namespace gradbox::exchange

@@ -198,57 +198,89 @@ double Trainer::train_step(double lr) {
   model_->train();
   const LocalGradient local = emulated_.empty() ? compute_gradient(*train_sampler_, config_.micro_batch)
                                                 : emulated_gradient();
-  double loss = local.loss;
-  uint64_t step_tokens = local.tokens;
-
-  if (exchange_) {
-    // Peers weight contributions by tokens, so they must see unscaled gradients.
-    const bool overflow = !std::isfinite(gradient_norm(*flat_));
-    torch::Tensor grads = flat_->grads();
-    if (!overflow && loss_scale_ != 1.0) grads.div_(loss_scale_);
-    const bool on_host = grads.device().is_cpu();
-    if (!on_host) host_buffer_ = grads.to(torch::kCPU);
-    torch::Tensor& host = on_host ? grads : host_buffer_;
-    exchange::RoundResult round = exchange_->all_reduce(static_cast<uint64_t>(step_ + 1), host.data_ptr<float>(),
-                                                       static_cast<size_t>(host.numel()),
-                                                       {local.tokens, local.loss, overflow});
-    if (!on_host) grads.copy_(host_buffer_);
-    loss = round.loss;
-    step_tokens = round.tokens;
-    tokens_ += static_cast<int64_t>(step_tokens);
-    if (round.skip) {
-      // Some worker of the agreed set overflowed: every replica skips this round together.
-      last_grad_norm_ = std::numeric_limits<double>::infinity();
-      skip_step("a contributor's gradient overflowed");
-      return loss;
-    }
-  } else {
-    tokens_ += static_cast<int64_t>(step_tokens);
+  if (!exchange_) {
+    tokens_ += static_cast<int64_t>(local.tokens);
+    apply_gradient(lr, loss_scale_);
+    return local.loss;
   }
-  const double grad_scale = exchange_ ? 1.0 : loss_scale_;
 
+  // Peers weight contributions by tokens, so they must see unscaled gradients.
+  torch::Tensor grads = flat_->grads();
+  const bool overflow = !std::isfinite(gradient_norm(*flat_));
+  if (!overflow && loss_scale_ != 1.0) grads.div_(loss_scale_);
+  const exchange::LocalContribution mine{local.tokens, local.loss, overflow};
+  const uint64_t round = static_cast<uint64_t>(step_ + 1);
+
+  if (!overlap_) {
+    const bool on_host = grads.device().is_cpu();
+    if (!on_host) exchange_buffers_[0] = grads.to(torch::kCPU);
+    torch::Tensor& host = on_host ? grads : exchange_buffers_[0];
+    const exchange::RoundResult result =
+        exchange_->all_reduce(round, host.data_ptr<float>(), static_cast<size_t>(host.numel()), mine);
+    if (!on_host) grads.copy_(host);
+    return apply_round(result, round, lr);
+  }
+
+  // Overlap: this step's gradient goes out in the background while the update applied now is
+  // the previous round's average (a one-step-delayed update). Two host buffers alternate.
+  std::optional<exchange::RoundResult> previous = finish_pending_round();
+  torch::Tensor& send = exchange_buffers_[round % 2];
+  send = grads.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true);
+  if (previous) grads.copy_(exchange_buffers_[(round + 1) % 2]);
+  const double loss = previous ? apply_round(*previous, round - 1, lr) : local.loss;
+  pending_round_ = std::async(std::launch::async, [this, round, mine, &send] {
+    return exchange_->all_reduce(round, send.data_ptr<float>(), static_cast<size_t>(send.numel()), mine);
+  });
+  return loss;
+}
+
+std::optional<exchange::RoundResult> Trainer::finish_pending_round() {
+  if (!pending_round_.valid()) return std::nullopt;
+  return pending_round_.get();
+}
+
+double Trainer::apply_round(const exchange::RoundResult& result, uint64_t round, double lr) {
+  tokens_ += static_cast<int64_t>(result.tokens);
+  if (result.skip) {
+    // Some worker of the agreed set overflowed: every replica skips this round together.
+    last_grad_norm_ = std::numeric_limits<double>::infinity();
+    skip_step("a contributor's gradient overflowed");
+    return result.loss;
+  }
+  if (apply_gradient(lr, 1.0)) {
+    torch::Tensor params = flat_->params().device().is_cpu() ? flat_->params() : flat_->params().to(torch::kCPU);
+    exchange_->after_update(round, params.data_ptr<float>(), static_cast<size_t>(params.numel()));
+  }
+  return result.loss;
+}
+
+bool Trainer::apply_gradient(double lr, double grad_scale) {
   const double scaled_norm = gradient_norm(*flat_);
   if (!std::isfinite(scaled_norm)) {
     last_grad_norm_ = scaled_norm;
     skip_step(runtime_.precision == Precision::fp16 ? "gradient overflow" : "non-finite gradient norm");
-    return loss;
+    return false;
   }
   const double norm = scaled_norm / grad_scale;
   const double clip = (config_.grad_clip > 0 && norm > config_.grad_clip) ? config_.grad_clip / (norm + 1e-6) : 1.0;
   optimizer_->step(lr, config_.weight_decay, clip / grad_scale);
   if (runtime_.precision == Precision::fp16 && ++good_steps_ % 2000 == 0) loss_scale_ *= 2.0;
   last_grad_norm_ = norm;
-  if (exchange_) {
-    torch::Tensor params = flat_->params().device().is_cpu() ? flat_->params() : flat_->params().to(torch::kCPU);
-    exchange_->after_update(static_cast<uint64_t>(step_ + 1), params.data_ptr<float>(), static_cast<size_t>(params.numel()));
-  }
-  return loss;
+  return true;
 }
 
-void Trainer::attach_exchange(std::unique_ptr<exchange::GradientExchange> exchange) {
+void Trainer::drain_exchange(double lr) {
+  if (std::optional<exchange::RoundResult> last = finish_pending_round()) {
+    flat_->grads().copy_(exchange_buffers_[static_cast<uint64_t>(step_) % 2]);
+    apply_round(*last, static_cast<uint64_t>(step_), lr);
+  }
+}
+
+void Trainer::attach_exchange(std::unique_ptr<exchange::GradientExchange> exchange, bool overlap) {
   GB_REQUIRE(emulated_.empty(), "--emulate-workers: not with a shared folder");
   exchange_ = std::move(exchange);
-  logger().info(str("exchange: ", exchange_->describe()));
+  overlap_ = overlap;
+  logger().info(str("exchange: ", exchange_->describe(), overlap ? ", overlapped with the next step (one-step-delayed update)" : ""));
 }
 
 uint64_t model_fingerprint(const model::ModelConfig& config) {
@@ -336,13 +368,17 @@ TrainSummary Trainer::run(const StopPredicate& should_stop) {
     const bool stop = should_stop && should_stop(step_);
     const bool checkpoint_due = (config_.checkpoint_interval > 0 && step_ % config_.checkpoint_interval == 0) ||
                                 step_ == config_.max_steps || stop;
-    if (checkpoint_due && config_.checkpoint_interval >= 0) summary.last_checkpoint = checkpoint();
+    if (checkpoint_due && config_.checkpoint_interval >= 0) {
+      drain_exchange(lr);  // a checkpoint holds every round up to its step
+      summary.last_checkpoint = checkpoint();
+    }
     if (stop && step_ < config_.max_steps) {
       summary.stopped_early = true;
       logger().info(str("stopped at step ", step_, "; resume with the same command"));
       break;
     }
   }
+  drain_exchange(schedule_.at(step_));
   summary.end_step = step_;
   summary.tokens_per_second = train_seconds > 0 ? static_cast<double>(train_tokens) / train_seconds : 0.0;
   return summary;

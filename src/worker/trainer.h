@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <functional>
+#include <future>
 #include <memory>
 #include <optional>
 
@@ -50,7 +51,9 @@ class Trainer {
   TrainSummary run(const StopPredicate& should_stop = {});
   // From now on every step is a round of `exchange`: the local gradient is replaced by the
   // agreed average of all workers' before clipping and the optimizer step.
-  void attach_exchange(std::unique_ptr<exchange::GradientExchange> exchange);
+  // overlap: round r's exchange runs while step r+1 computes; the update applied at each step
+  // is the previous round's average (one step late), and the last one is applied at the end.
+  void attach_exchange(std::unique_ptr<exchange::GradientExchange> exchange, bool overlap = false);
   double evaluate();  // mean validation loss over the fixed eval batches
 
   model::CausalLM& model() { return *model_; }
@@ -69,6 +72,11 @@ class Trainer {
   // --emulate-workers: each emulated worker's gradient, token-weighted as the exchange sums them.
   LocalGradient emulated_gradient();
   void skip_step(const char* why);
+  // Clip and step on the flat grads (scaled by grad_scale); false when skipped as non-finite.
+  bool apply_gradient(double lr, double grad_scale);
+  double apply_round(const exchange::RoundResult& result, uint64_t round, double lr);
+  std::optional<exchange::RoundResult> finish_pending_round();
+  void drain_exchange(double lr);  // overlap: wait for the last round and apply it
   std::filesystem::path checkpoint();
   void log_progress(double loss, double lr, double interval_seconds, int64_t interval_steps, int64_t interval_tokens);
 
@@ -86,7 +94,9 @@ class Trainer {
   std::unique_ptr<exchange::GradientExchange> exchange_;
   std::vector<EmulatedWorker> emulated_;
   std::vector<BatchSampler> emulated_samplers_;
-  torch::Tensor host_buffer_;  // CPU staging for the exchange when training on a GPU
+  bool overlap_ = false;
+  torch::Tensor exchange_buffers_[2];  // host copies handed to the exchange
+  std::future<exchange::RoundResult> pending_round_;
   LrSchedule schedule_;
   int64_t step_ = 0;
   int64_t tokens_ = 0;

@@ -40,6 +40,7 @@ class ClusterTest : public CliTest {
   static std::map<std::string, int> run_cluster(const fs::path& base, int steps, std::vector<std::string> extra,
                                                 const std::string& kill_worker = "", int kill_after_round = 0) {
     std::map<std::string, pid_t> pids;
+    fs::create_directories(base);  // for the workers' logs
     for (const Worker& w : kWorkers) {
       std::vector<std::string> argv = tiny(base / w.name, steps);
       std::vector<std::string> more = {"--micro-batch", std::to_string(w.micro_batch), "--local-workers", "3",
@@ -163,6 +164,22 @@ TEST_F(ClusterTest, ShardedFp16ReplicasAreIdenticalAndTrackTheUnion) {
   const nlohmann::json sync_a = json_file(base / "a" / "sync" / "syncer" / "stats.json");
   const nlohmann::json ex_a = json_file(base / "a" / "sync" / "exchange" / "stats.json");
   EXPECT_LT(sync_a["bytes_downloaded"].get<double>(), 2.5 * ex_a["bytes_written"].get<double>());
+}
+
+TEST_F(ClusterTest, OverlappedExchangeKeepsReplicasIdenticalAndLearns) {
+  const fs::path base = dir("cluster_overlap");
+  const int steps = 20;
+  for (const auto& [name, code] : run_cluster(base, steps, {"--codec", "bf16", "--overlap"}))
+    ASSERT_EQ(code, 0) << name << "\n" << log_of(base, name);
+  const std::string model_a = read_bytes(final_checkpoint(base / "a", steps) / "model.safetensors");
+  ASSERT_FALSE(model_a.empty());
+  for (const Worker& w : kWorkers)
+    EXPECT_EQ(read_bytes(final_checkpoint(base / w.name, steps) / "model.safetensors"), model_a) << w.name;
+  const std::vector<double> curve = losses(base / "b");
+  EXPECT_LT(curve.back(), curve.front() - 0.2);
+  EXPECT_TRUE(contains(read_bytes(base / "a.log"), "one-step-delayed")) << read_bytes(base / "a.log");
+  // Every round was applied, the last one after the loop.
+  EXPECT_EQ(json_file(base / "a" / "sync" / "exchange" / "stats.json")["rounds"], steps);
 }
 
 TEST_F(ClusterTest, AKilledWorkerCostsTheOthersATimeoutNotTheRun) {

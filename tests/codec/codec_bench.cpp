@@ -1,7 +1,7 @@
 // Gradient codec on real GPT-2 124M gradients (a benchmark, not a test; run by hand):
 //
 //   codec_bench [--preset gpt2] [--batch 4] [--seq 128] [--warmup-steps 2] [--repeats 5]
-//               [--text DIR_OR_FILE] [--tokenizer-dir DIR]
+//               [--text DIR_OR_FILE] [--tokenizer-dir DIR] [--dump PATH]
 //
 // Tokenizes English text (default: the fortune files) with the GPT-2 BPE, runs
 // --warmup-steps AdamW steps (lr 3e-4) on successive batches, then one more forward+backward
@@ -11,9 +11,15 @@
 // data, with 1 and 2 threads. It verifies each mode's error (fp32 bit exact, fp16 <= 2^-11,
 // bf16 <= 2^-8 relative L2, int8 <= 0.02 as a sanity bound (the per-element bound of half a
 // block scale is what codec_test checks), no non-finite output) and exits 1 on a violation.
+//
+// --dump PATH writes the gradient instead of benchmarking the modes, for benchmarks that need a
+// real gradient without LibTorch (tests/exchange/exchange_bench.cpp): a little-endian u64
+// element count n, then n little-endian fp32 values (8 + 4n bytes), written to PATH.tmp and
+// renamed.
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -39,6 +45,7 @@ struct Options {
   int64_t batch = 4, seq = 128, warmup_steps = 2, repeats = 5;
   std::string text = "/usr/share/games/fortunes";
   std::string tokenizer_dir = std::string(GRADBOX_SHARED_DATA_DIR) + "/gpt2";
+  std::string dump;  // non-empty: write the gradient there and stop
 };
 
 Options parse(int argc, char** argv) {
@@ -56,6 +63,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--repeats") o.repeats = std::stoll(value());
     else if (a == "--text") o.text = value();
     else if (a == "--tokenizer-dir") o.tokenizer_dir = value();
+    else if (a == "--dump") o.dump = value();
     else throw std::runtime_error("unknown option " + a);
   }
   return o;
@@ -93,6 +101,21 @@ std::vector<float> flat_grads(model::CausalLM& m) {
     out.insert(out.end(), d, d + g.numel());
   }
   return out;
+}
+
+// u64 n, then n floats, little-endian (the only byte order this code builds for).
+void dump_gradient(const std::vector<float>& grad, const std::string& path) {
+  static_assert(std::endian::native == std::endian::little, "--dump writes the native byte order");
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    const uint64_t n = grad.size();
+    out.write(reinterpret_cast<const char*>(&n), sizeof n);
+    out.write(reinterpret_cast<const char*>(grad.data()), static_cast<std::streamsize>(grad.size() * sizeof(float)));
+    out.close();
+    if (!out) throw std::runtime_error("cannot write " + tmp);
+  }
+  fs::rename(tmp, path);
 }
 
 double median(std::vector<double> v) {
@@ -172,6 +195,11 @@ int main(int argc, char** argv) try {
   norm = std::sqrt(norm);
   std::printf("gradient: %zu elements (%.1f MB fp32), L2 %.4g, absmax %.4g\n\n", n, 4e-6 * n,
               norm, amax);
+  if (!opt.dump.empty()) {
+    dump_gradient(grad, opt.dump);
+    std::printf("wrote %s (%zu elements, %zu bytes)\n", opt.dump.c_str(), n, 8 + 4 * n);
+    return 0;
+  }
 
   using codec::Codec;
   const std::vector<Mode> modes = {

@@ -362,6 +362,28 @@ TEST(FolderExchange, DivergedReplicasAreDetectedByFingerprints) {
   fs::remove_all(root);
 }
 
+TEST(FolderExchange, APeerWithOtherSettingsIsRefusedOnTheFirstRound) {
+  const fs::path root = fresh_dir("config");
+  const std::vector<std::string> workers{"a", "b"};
+  auto b = make_folder_exchange(config_for(root, "b", workers, ExchangePattern::all_gather, codec::Codec::int8));
+  const fs::path published = root / "b" / "outbox" / run_config_name("b");
+  const fs::path arrived = root / "a" / "inbox" / run_config_name("b");
+  fs::create_directories(arrived.parent_path());
+  fs::copy_file(published, arrived);
+  write_file_atomic(arrived.string() + ".flag", "");
+  auto a = make_folder_exchange(config_for(root, "a", workers, ExchangePattern::all_gather, codec::Codec::fp16));
+  std::vector<float> g(10, 1.0f);
+  try {
+    a->all_reduce(1, g.data(), g.size(), {1, 1.0, false});
+    FAIL() << "a mismatched peer was accepted";
+  } catch (const InputError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find(arrived.string()), std::string::npos) << what;
+    EXPECT_NE(what.find("--codec int8"), std::string::npos) << what;
+  }
+  fs::remove_all(root);
+}
+
 TEST(FolderExchangeConfig, BadSettingsNameTheFlag) {
   FolderExchangeConfig c = config_for("/tmp", "a", {"a", "b"}, ExchangePattern::all_gather, codec::Codec::fp16);
   c.worker = "a/b";
