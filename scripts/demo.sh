@@ -21,7 +21,7 @@ bible -f "Gen1:1-Rev22:21" | sed -E 's/^[^ ]+ //' > "$OUT/kjv.txt"
 
 # Three workers (micro-batches 8, 4 and 6) and their syncers; lag scaled down from Drive's.
 WORKERS=a:8,b:4,c:6 STEPS="$STEPS" MODEL=gpt2-mini BLOCK=128 GRADBOX="$GRADBOX" \
-SIM_ARGS="--poll-ms 20 --sim-delay-median-ms 50 --sim-delay-p90-ms 300 --sim-placeholder-prob 0.1 --sim-truncate-prob 0.1 --sim-corrupt-prob 0.02 --sim-stale-list-prob 0.05 --sim-missing-prob 0.05 --sim-duplicate-prob 0.05" \
+SIM_ARGS="--poll-ms 50 --sim-delay-median-ms 50 --sim-delay-p90-ms 300 --sim-placeholder-prob 0.1 --sim-truncate-prob 0.1 --sim-corrupt-prob 0.02 --sim-stale-list-prob 0.05 --sim-missing-prob 0.05 --sim-duplicate-prob 0.05" \
   scripts/cluster.sh "$OUT/data" "$OUT/cluster" --lr 2e-3 --min-lr 2e-4 --warmup-steps 20 \
   --eval-interval 50 --eval-batches 4 --log-interval 10
 rm -rf "$OUT/run" && ln -s cluster/a "$OUT/run"

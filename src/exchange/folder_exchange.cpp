@@ -298,7 +298,10 @@ class FolderExchange final : public GradientExchange {
       g->set_overflow(mine.overflow);
       std::string payload;
       if (!mine.overflow) {
-        std::vector<uint8_t> encoded = encoders_[k].encode(grad + range.begin, range.size());
+        // Error feedback only where the codec loses something (it costs a full decode).
+        std::vector<uint8_t> encoded = config_.codec.codec == codec::Codec::fp32
+                                           ? codec::encode(grad + range.begin, range.size(), config_.codec)
+                                           : encoders_[k].encode(grad + range.begin, range.size());
         payload.assign(reinterpret_cast<const char*>(encoded.data()), encoded.size());
       }
       own_checksums_[k] = checksum64(payload.data(), payload.size());

@@ -98,13 +98,13 @@ int run_daemon(Syncer& syncer, const Flags& f) {
         asio::post(pool, [&syncer, &logger, t] {
           try {
             syncer.execute(t);
-            syncer.write_stats_if_changed();
+            syncer.write_stats_if_changed(/*throttle=*/true);
           } catch (const std::exception& e) {
             logger.warn(str("transfer of ", t.rel, " failed (retrying later): ", e.what()));
           }
         });
       }
-      syncer.write_stats_if_changed();
+      syncer.write_stats_if_changed(/*throttle=*/true);
     } catch (const std::exception& e) {
       logger.warn(str("poll failed (retrying next poll): ", e.what()));
     }

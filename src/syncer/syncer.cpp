@@ -365,14 +365,17 @@ SyncerStats Syncer::stats() const {
   return s;
 }
 
-void Syncer::write_stats_if_changed() {
+void Syncer::write_stats_if_changed(bool throttle) {
   static std::mutex write_mutex;  // one writer at a time (transfers finish on several threads)
   std::lock_guard write_lock(write_mutex);
+  const auto now = std::chrono::steady_clock::now();
+  if (throttle && now - last_stats_write_ < std::chrono::seconds(1)) return;
   std::string text = stats().to_json().dump(2);
   std::lock_guard lock(mutex_);
   if (text == last_stats_) return;
   write_file_atomic(stats_path_, text + "\n");
   last_stats_ = std::move(text);
+  last_stats_write_ = now;
 }
 
 }  // namespace gradbox::syncer

@@ -90,7 +90,9 @@ class Syncer {
   void upload_pass();  // uploads only (the final pass before exit)
 
   SyncerStats stats() const;
-  void write_stats_if_changed();
+  // Rewrites stats.json when a counter changed. The daemon passes throttle = true: at most
+  // one write (and fsync) a second, since fault counters can change on every poll.
+  void write_stats_if_changed(bool throttle = false);
   Backend& backend() { return *backend_; }
   const fs::path& outbox() const { return outbox_; }
   const fs::path& inbox() const { return inbox_; }
@@ -126,6 +128,7 @@ class Syncer {
   SyncerStats stats_;
   uint64_t version_ = 0;
   std::string last_stats_;
+  std::chrono::steady_clock::time_point last_stats_write_{};
 };
 
 // Name filters of the contract.

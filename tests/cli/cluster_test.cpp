@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cmath>
 #include <iostream>
 #include <thread>
@@ -199,6 +200,28 @@ TEST_F(ClusterTest, AKilledWorkerCostsTheOthersATimeoutNotTheRun) {
   // The syncer of the killed worker went with it (it watches its parent).
   const std::string log_c = read_bytes(base / "c" / "sync" / "syncer.log");
   EXPECT_TRUE(contains(log_c, "stopping")) << log_c;
+}
+
+TEST_F(ClusterTest, TwoWorkersThroughARealRcloneRemote) {
+  if (std::system("rclone version > /dev/null 2>&1") != 0) GTEST_SKIP() << "rclone is not installed";
+  const fs::path base = dir("cluster_rclone");
+  fs::create_directories(base / "remote");
+  ::setenv("RCLONE_CONFIG_GBTEST_TYPE", "local", 1);  // a remote named gbtest: on local disk
+  const int steps = 5;
+  std::map<std::string, pid_t> pids;
+  for (const std::string name : {"a", "b"}) {
+    std::vector<std::string> argv = tiny(base / name, steps);
+    argv.insert(argv.end(), {"--micro-batch", "4", "--local-workers", "2", "--shared", "gbtest:" + (base / "remote").string(),
+                             "--worker", name, "--peers", "a,b", "--codec", "int8", "--sync-backend", "rclone",
+                             "--sync-args", "--poll-ms 100"});
+    pids[name] = start_process(argv, base / (name + ".log"));
+  }
+  for (const auto& [name, pid] : pids) ASSERT_EQ(wait_process(pid), 0) << log_of(base, name);
+  EXPECT_EQ(read_bytes(final_checkpoint(base / "a", steps) / "model.safetensors"),
+            read_bytes(final_checkpoint(base / "b", steps) / "model.safetensors"));
+  const nlohmann::json sync = json_file(base / "a" / "sync" / "syncer" / "stats.json");
+  EXPECT_GT(sync["flagged"].get<int>(), steps);  // b's contributions and commits came through rclone
+  EXPECT_GT(sync["uploaded"].get<int>(), steps);
 }
 
 TEST_F(ClusterTest, BadSharedFlagsAreNamed) {
