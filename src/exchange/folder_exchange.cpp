@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <deque>
 #include <map>
 #include <optional>
 #include <set>
@@ -138,6 +139,7 @@ class FolderExchange final : public GradientExchange {
 
   RoundResult all_reduce(uint64_t round, float* grad, size_t n, const LocalContribution& mine) override {
     const auto start = Clock::now();
+    if (rounds_done_ == 0) first_round_start_ = start;
     round_ = round;
     n_ = n;
     shards_.assign(config_.shard_count, ShardOutcome{});
@@ -193,8 +195,17 @@ class FolderExchange final : public GradientExchange {
     stats_.wait_seconds += result.wait_seconds;
     check_fingerprints();
     collect_garbage(round);
+    applied_tokens_ += result.tokens;
+    last_loss_ = result.loss;
+    if (Clock::now() - last_heartbeat_ >= std::chrono::duration<double>(config_.heartbeat_interval_s))
+      publish_heartbeat("live");
     write_stats();
     return result;
+  }
+
+  void leave() override {
+    if (!left_) publish_heartbeat("left");
+    left_ = true;
   }
 
   void after_update(uint64_t round, const float* params, size_t n) override {
@@ -279,6 +290,40 @@ class FolderExchange final : public GradientExchange {
     fs::create_directories(path.parent_path());
     write_file_atomic(path, bytes);
     stats_.bytes_written += bytes.size();
+    uploads_.emplace_back(std::chrono::system_clock::now(), bytes.size());
+  }
+
+  // Liveness and progress for the peers and `gradbox status`. Written once under a new name;
+  // the previous one is dropped from the outbox, so the syncer deletes it from the folder.
+  void publish_heartbeat(const std::string& state) {
+    const auto now_wall = std::chrono::system_clock::now();
+    while (!uploads_.empty() && now_wall - uploads_.front().first > std::chrono::hours(24)) uploads_.pop_front();
+    uint64_t day_bytes = 0;
+    for (const auto& [when, bytes] : uploads_) day_bytes += bytes;
+    const auto now = Clock::now();
+    // Cluster tokens per second since this worker's first round (steady, unlike a per-beat rate).
+    const double seconds = rounds_done_ > 0 ? std::chrono::duration<double>(now - first_round_start_).count() : 0.0;
+    wire::FileHeader header = new_header();
+    wire::Heartbeat* hb = header.mutable_heartbeat();
+    hb->set_worker(config_.worker);
+    const int64_t sequence = std::max<int64_t>(header.created_unix_ms(), last_heartbeat_sequence_ + 1);
+    hb->set_sequence(static_cast<uint64_t>(sequence));
+    hb->set_applied_round(round_);
+    hb->set_state(state);
+    hb->set_tokens_per_second(seconds > 0 ? static_cast<double>(applied_tokens_) / seconds : 0.0);
+    hb->set_last_loss(last_loss_);
+    hb->set_bytes_uploaded(stats_.bytes_written);
+    hb->set_bytes_uploaded_24h(day_bytes);
+    hb->set_tokens(applied_tokens_);
+    const std::string name = heartbeat_name(config_.worker, sequence);
+    publish(name, wire::frame(header, {}));
+    if (!last_heartbeat_name_.empty()) {
+      std::error_code ec;
+      fs::remove(config_.local_dir / "outbox" / last_heartbeat_name_, ec);
+    }
+    last_heartbeat_name_ = name;
+    last_heartbeat_sequence_ = sequence;
+    last_heartbeat_ = now;
   }
 
   void publish_contributions(const float* grad, const LocalContribution& mine) {
@@ -677,6 +722,15 @@ class FolderExchange final : public GradientExchange {
   std::set<std::string> checked_configs_;
   std::set<std::string> refused_workers_;
   uint64_t rounds_done_ = 0;
+  // Heartbeats.
+  std::deque<std::pair<std::chrono::system_clock::time_point, uint64_t>> uploads_;
+  Clock::time_point last_heartbeat_{};
+  std::string last_heartbeat_name_;
+  int64_t last_heartbeat_sequence_ = 0;
+  uint64_t applied_tokens_ = 0;
+  Clock::time_point first_round_start_{};
+  double last_loss_ = 0;
+  bool left_ = false;
   Stats stats_;
 };
 
@@ -725,5 +779,11 @@ std::string agreement_name(ExchangePattern pattern, uint32_t shard, uint32_t epo
 std::string fingerprint_name(const std::string& worker) { return str("fp-", worker, ".gbx"); }
 
 std::string run_config_name(const std::string& worker) { return str("run/config-", worker, ".gbx"); }
+
+std::string heartbeat_name(const std::string& worker, int64_t unix_ms) {
+  char ms[24];
+  std::snprintf(ms, sizeof ms, "%013lld", static_cast<long long>(unix_ms));
+  return str("members/", worker, "/hb-", ms, ".gbx");
+}
 
 }  // namespace gradbox::exchange

@@ -64,6 +64,7 @@ struct FolderExchangeConfig {
   int64_t fingerprint_interval = 10;   // rounds between parameter fingerprints (0: never)
   int64_t gc_window = 8;               // rounds kept behind the newest applied one
   double poll_interval_s = 0.002;
+  double heartbeat_interval_s = 10;    // members/<worker>/hb-<unix ms>.gbx, newest kept
   // Called while waiting (about once a second); throws to abort, e.g. when the syncer died.
   std::function<void()> check_alive;
 
@@ -78,5 +79,6 @@ std::string contribution_name(const std::string& worker, uint32_t shard);
 std::string agreement_name(ExchangePattern pattern, uint32_t shard, uint32_t epoch, const std::string& owner);
 std::string fingerprint_name(const std::string& worker);
 std::string run_config_name(const std::string& worker);  // "run/config-<worker>.gbx"
+std::string heartbeat_name(const std::string& worker, int64_t unix_ms);  // "members/<worker>/hb-<ms>.gbx"
 
 }  // namespace gradbox::exchange

@@ -32,6 +32,8 @@ class GradientExchange {
   virtual RoundResult all_reduce(uint64_t round, float* grad, size_t n, const LocalContribution& mine) = 0;
   // Called once the round's update is applied, with the new parameters (replica checks).
   virtual void after_update(uint64_t round, const float* params, size_t n) {}
+  // A clean exit (end of run, Ctrl-C, SIGTERM): tell the peers this worker is gone.
+  virtual void leave() {}
   virtual std::string describe() const = 0;
 };
 

@@ -39,7 +39,7 @@ struct SyncerOptions {
   double quarantine_after_s = 900;  // a file incomplete this long is quarantined
   // Files whose name starts with this are fetched only once the worker asks for them by
   // creating <local>/requests/<rel> (sharded exchange: only a shard's owner needs its parts).
-  std::string on_demand_prefix;
+  std::string on_demand_prefix = {};
   // The clock for incomplete deadlines (tests inject one).
   std::function<std::chrono::steady_clock::time_point()> now = [] { return std::chrono::steady_clock::now(); };
 };

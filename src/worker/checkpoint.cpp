@@ -186,7 +186,8 @@ void restore_rng(const CheckpointData& data) {
     cpu.set_state(data.cpu_rng);
   }
   if (!torch::cuda::is_available()) return;
-  for (size_t i = 0; i < data.cuda_rngs.size() && i < torch::cuda::device_count(); ++i) {
+  const size_t devices = static_cast<size_t>(torch::cuda::device_count());
+  for (size_t i = 0; i < data.cuda_rngs.size() && i < devices; ++i) {
     auto gen = at::globalContext().defaultGenerator(torch::Device(torch::kCUDA, static_cast<int>(i)));
     std::lock_guard<std::mutex> lock(gen.mutex());
     gen.set_state(data.cuda_rngs[i]);

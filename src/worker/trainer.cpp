@@ -379,6 +379,7 @@ TrainSummary Trainer::run(const StopPredicate& should_stop) {
     }
   }
   drain_exchange(schedule_.at(step_));
+  if (exchange_) exchange_->leave();  // done or stopped: the peers see "left", not a stale heartbeat
   summary.end_step = step_;
   summary.tokens_per_second = train_seconds > 0 ? static_cast<double>(train_tokens) / train_seconds : 0.0;
   return summary;

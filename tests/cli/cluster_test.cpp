@@ -138,6 +138,13 @@ TEST_F(ClusterTest, ThreeWorkersFp32MatchOneProcessOnTheUnionBitForBit) {
   }
   (void)moments;
   expect_faults_survived(base);
+  // Every worker said goodbye after round 30, and `gradbox status` shows it.
+  ProcessResult status = run_process({kBinary, "status", "--shared", (base / "shared").string()});
+  ASSERT_EQ(status.exit_code, 0) << status.output;
+  for (const Worker& w : kWorkers) EXPECT_TRUE(contains(status.output, w.name + " ")) << status.output;
+  EXPECT_TRUE(contains(status.output, "left")) << status.output;
+  EXPECT_TRUE(contains(status.output, " 30 ")) << status.output;
+  EXPECT_TRUE(contains(status.output, "newest round folder: 30")) << status.output;
   // Loss fell: training happened, not just agreement.
   const std::vector<double> curve = losses(reference);
   EXPECT_LT(curve.back(), curve.front() - 0.3);

@@ -16,6 +16,7 @@
 #include "common/checksum.h"
 #include "common/error.h"
 #include "exchange/folder_exchange.h"
+#include "exchange/run_status.h"
 #include "wire/envelope.h"
 
 namespace gradbox::exchange {
@@ -381,6 +382,51 @@ TEST(FolderExchange, APeerWithOtherSettingsIsRefusedOnTheFirstRound) {
     EXPECT_NE(what.find(arrived.string()), std::string::npos) << what;
     EXPECT_NE(what.find("--codec int8"), std::string::npos) << what;
   }
+  fs::remove_all(root);
+}
+
+TEST(FolderExchange, HeartbeatsShowEachMembersRoundAndDeparture) {
+  const fs::path root = fresh_dir("heartbeat");
+  const std::vector<std::string> workers{"a", "b"};
+  FakeSyncers syncers(root, workers, false);
+  std::vector<std::thread> threads;
+  for (const std::string worker : workers) {
+    threads.emplace_back([&, worker] {
+      FolderExchangeConfig c = config_for(root, worker, workers, ExchangePattern::all_gather, codec::Codec::fp16);
+      c.heartbeat_interval_s = 0;  // one per round
+      auto exchange = make_folder_exchange(c);
+      for (int r = 1; r <= 3; ++r) {
+        std::vector<float> g = gradient(r, 100);
+        exchange->all_reduce(r, g.data(), g.size(), {worker == "a" ? 300u : 100u, 2.5, false});
+      }
+      if (worker == "a") exchange->leave();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  // Only the newest heartbeat stays in a's outbox (the syncer deletes the older shared copies).
+  int own = 0;
+  for (const auto& f : fs::directory_iterator(root / "a" / "outbox" / "members" / "a"))
+    if (f.path().extension() == ".gbx") ++own;
+  EXPECT_EQ(own, 1);
+  // The departure travels like any file: give the stand-in syncer a moment to carry it.
+  for (int i = 0; i < 500 && read_run_status(root / "b" / "inbox", 60).members.at(0).state != "left"; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  syncers.stop();
+  // b's mirror of the folder: a has left after round 3; b is live (its own, in its outbox).
+  const RunStatus seen_by_b = read_run_status(root / "b" / "inbox", 60);
+  ASSERT_EQ(seen_by_b.members.size(), 1u);
+  EXPECT_EQ(seen_by_b.members[0].worker, "a");
+  EXPECT_EQ(seen_by_b.members[0].state, "left");
+  EXPECT_EQ(seen_by_b.members[0].applied_round, 3u);
+  EXPECT_EQ(seen_by_b.members[0].tokens, 3u * 400u);
+  EXPECT_GT(seen_by_b.members[0].bytes_uploaded_24h, 0u);
+  EXPECT_EQ(seen_by_b.newest_round, 3u);
+  const RunStatus b_itself = read_run_status(root / "b" / "outbox", 60);
+  ASSERT_EQ(b_itself.members.size(), 1u);
+  EXPECT_EQ(b_itself.members[0].state, "live");
+  EXPECT_EQ(read_run_status(root / "b" / "outbox", -1).members[0].state, "stale");
+  const std::string text = format_run_status(seen_by_b);
+  EXPECT_NE(text.find("left"), std::string::npos) << text;
   fs::remove_all(root);
 }
 

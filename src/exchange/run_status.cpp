@@ -1,0 +1,98 @@
+#include "exchange/run_status.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "common/atomic_file.h"
+#include "common/error.h"
+#include "wire/envelope.h"
+
+namespace gradbox::exchange {
+namespace {
+
+namespace fs = std::filesystem;
+
+int64_t unix_ms_now() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+RunStatus read_run_status(const fs::path& dir, double stale_after_s, const fs::path& local) {
+  GB_REQUIRE(fs::is_directory(dir), "--shared ", dir.string(), ": not a folder");
+  RunStatus status;
+  std::map<std::string, std::pair<uint64_t, wire::FileHeader>> newest;  // worker -> (sequence, header)
+  std::error_code ec;
+  for (fs::directory_iterator w(dir / "members", ec), end; !ec && w != end; w.increment(ec)) {
+    std::error_code wec;
+    for (fs::directory_iterator f(w->path(), wec); !wec && f != fs::directory_iterator(); f.increment(wec)) {
+      const std::string name = f->path().filename().string();
+      if (!name.starts_with("hb-") || !name.ends_with(".gbx")) continue;
+      try {
+        wire::WireFile file = wire::read_wire_file(f->path());
+        if (!file.header.has_heartbeat()) continue;
+        const wire::Heartbeat& hb = file.header.heartbeat();
+        auto& slot = newest[hb.worker()];
+        if (hb.sequence() >= slot.first) slot = {hb.sequence(), file.header};
+      } catch (const std::exception& e) {
+        status.unreadable.push_back(e.what());
+      }
+    }
+  }
+  const int64_t now = unix_ms_now();
+  for (const auto& [worker, entry] : newest) {
+    const wire::FileHeader& header = entry.second;
+    const wire::Heartbeat& hb = header.heartbeat();
+    MemberStatus m;
+    m.worker = worker;
+    m.age_s = static_cast<double>(now - header.created_unix_ms()) / 1000.0;
+    m.state = hb.state() == "left" ? "left" : m.age_s > stale_after_s ? "stale" : "live";
+    m.applied_round = hb.applied_round();
+    m.tokens_per_second = hb.tokens_per_second();
+    m.last_loss = hb.last_loss();
+    m.bytes_uploaded_24h = hb.bytes_uploaded_24h();
+    m.tokens = hb.tokens();
+    m.run_id = header.run_id();
+    status.members.push_back(m);
+  }
+  for (fs::directory_iterator r(dir / "rounds", ec), end; !ec && r != end; r.increment(ec)) {
+    unsigned long long round = 0;
+    if (std::sscanf(r->path().filename().c_str(), "r%llu", &round) == 1)
+      status.newest_round = std::max<uint64_t>(status.newest_round, round);
+  }
+  if (!local.empty() && fs::exists(local / "syncer" / "stats.json")) {
+    const nlohmann::json stats = nlohmann::json::parse(read_file(local / "syncer" / "stats.json"), nullptr, false);
+    if (stats.is_object() && stats.contains("quarantined_files"))
+      for (const auto& q : stats["quarantined_files"])
+        status.quarantined.push_back(q.value("path", "?") + ": " + q.value("reason", "?"));
+  }
+  return status;
+}
+
+std::string format_run_status(const RunStatus& status) {
+  std::string out;
+  char line[256];
+  std::snprintf(line, sizeof line, "%-12s %-6s %8s %9s %10s %9s %22s\n", "worker", "state", "round", "age s",
+                "tok/s", "loss", "uploaded 24h / cap");
+  out += line;
+  for (const MemberStatus& m : status.members) {
+    std::snprintf(line, sizeof line, "%-12s %-6s %8llu %9.1f %10.0f %9.4f %10.2f GB (%5.2f%%)\n", m.worker.c_str(),
+                  m.state.c_str(), static_cast<unsigned long long>(m.applied_round), m.age_s, m.tokens_per_second,
+                  m.last_loss, static_cast<double>(m.bytes_uploaded_24h) / 1e9,
+                  100.0 * static_cast<double>(m.bytes_uploaded_24h) / static_cast<double>(kDailyUploadCap));
+    out += line;
+  }
+  if (status.members.empty()) out += "(no heartbeats yet)\n";
+  out += "newest round folder: " + (status.newest_round ? std::to_string(status.newest_round) : std::string("none")) + "\n";
+  for (const std::string& u : status.unreadable) out += "unreadable heartbeat: " + u + "\n";
+  out += "quarantined files: " + std::to_string(status.quarantined.size()) + "\n";
+  for (const std::string& q : status.quarantined) out += "  " + q + "\n";
+  return out;
+}
+
+}  // namespace gradbox::exchange

@@ -1,0 +1,39 @@
+#pragma once
+// What `gradbox status` shows: every worker's newest heartbeat in a shared folder (or in a
+// syncer's local mirror of it), classified live / stale / left. Torch- and protobuf-free header.
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace gradbox::exchange {
+
+// Drive's upload cap per account and day; the status report compares each worker against it.
+inline constexpr uint64_t kDailyUploadCap = 750ull * 1000 * 1000 * 1000;
+
+struct MemberStatus {
+  std::string worker;
+  std::string state;  // "live", "stale" (no heartbeat for stale_after_s) or "left"
+  uint64_t applied_round = 0;
+  double age_s = 0;   // since its newest heartbeat was written (writer's clock)
+  double tokens_per_second = 0;
+  double last_loss = 0;
+  uint64_t bytes_uploaded_24h = 0;
+  uint64_t tokens = 0;
+  std::string run_id;
+};
+
+struct RunStatus {
+  std::vector<MemberStatus> members;        // sorted by worker
+  std::vector<std::string> unreadable;      // heartbeat files that did not verify (still arriving?)
+  uint64_t newest_round = 0;                // newest round folder present
+  std::vector<std::string> quarantined;     // from <local>/syncer/stats.json, when given
+};
+
+// `dir` is the shared folder or a local mirror (<local>/inbox); `local` (optional) a worker's
+// local folder for its syncer's quarantine list.
+RunStatus read_run_status(const std::filesystem::path& dir, double stale_after_s,
+                          const std::filesystem::path& local = {});
+std::string format_run_status(const RunStatus& status);
+
+}  // namespace gradbox::exchange
