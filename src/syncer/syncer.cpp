@@ -68,6 +68,7 @@ nlohmann::json SyncerStats::to_json() const {
           {"placeholders_seen", placeholders_seen},
           {"incomplete_seen", incomplete_seen},
           {"corrupt_seen", corrupt_seen},
+          {"unsupported_seen", unsupported_seen},
           {"retries", retries},
           {"quarantined", quarantined},
           {"upload_conflicts", upload_conflicts},
@@ -308,25 +309,27 @@ void Syncer::do_download(const std::string& rel) {
         logger().debug(str(rel, " is incomplete (", v.reason, "): retrying later"));
       return;
     }
-    case wire::FileState::corrupt: {
+    // Unsupported is retried like corrupt: the frame-version field sits outside both checksums,
+    // so one damaged byte in a copy can make a good file look newer. A file that really is newer
+    // stays so and is quarantined after --max-attempts downloads.
+    case wire::FileState::corrupt:
+    case wire::FileState::unsupported: {
+      const char* what = v.state == wire::FileState::corrupt ? "corrupt" : "unsupported";
       int attempts;
       {
         std::lock_guard lock(mutex_);
-        ++stats_.corrupt_seen;
+        ++(v.state == wire::FileState::corrupt ? stats_.corrupt_seen : stats_.unsupported_seen);
         DownloadState& st = downloads_[rel];
         ++st.failed_attempts;
         attempts = ++st.corrupt_attempts;
         changed();
       }
       if (attempts >= options_.max_attempts)
-        quarantine(rel, str("corrupt after ", attempts, " attempts: ", v.reason), tmp);
+        quarantine(rel, str(what, " after ", attempts, " attempts: ", v.reason), tmp);
       else
-        logger().info(str(rel, " is corrupt (", v.reason, "), attempt ", attempts, " of ", options_.max_attempts));
+        logger().info(str(rel, " is ", what, " (", v.reason, "), attempt ", attempts, " of ", options_.max_attempts));
       return;
     }
-    case wire::FileState::unsupported:
-      quarantine(rel, str("unsupported: ", v.reason), tmp);
-      return;
   }
 }
 

@@ -58,6 +58,7 @@ struct SyncerStats {
   uint64_t placeholders_seen = 0;  // distinct files first listed as 0 bytes
   uint64_t incomplete_seen = 0;    // downloads that verified incomplete
   uint64_t corrupt_seen = 0;       // downloads that verified corrupt
+  uint64_t unsupported_seen = 0;   // downloads of a newer frame/wire version (or a damaged version field)
   uint64_t retries = 0;            // downloads of a file after a failed attempt
   uint64_t quarantined = 0;
   uint64_t upload_conflicts = 0;   // shared name taken by different bytes: not uploaded

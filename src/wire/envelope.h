@@ -37,7 +37,8 @@ enum class FileState {
   complete,     // every byte present and both checksums match
   incomplete,   // shorter than its header says (or not even a header yet): still arriving
   corrupt,      // wrong magic, checksum mismatch, longer than declared: stale or damaged
-  unsupported,  // intact, but a frame or wire version this build does not know
+  unsupported,  // a frame or wire version this build does not know (the frame version lies
+                // outside both checksums, so a damaged copy can look like this too: retry first)
 };
 const char* file_state_name(FileState state);
 

@@ -111,7 +111,7 @@ class ClusterTest : public CliTest {
       truncated += sync["sim_faults"].value("truncate", 0);
       placeholders += sync["placeholders_seen"].get<uint64_t>();
       incomplete += sync["incomplete_seen"].get<uint64_t>();
-      EXPECT_EQ(sync["quarantined"], 0) << w.name;
+      EXPECT_EQ(sync["quarantined"], 0) << w.name << ": " << sync["quarantined_files"].dump();
       EXPECT_EQ(exchange["rejected_files"], 0) << w.name << ": " << exchange.dump();
       EXPECT_EQ(exchange["fingerprint_mismatches"], 0) << w.name;
       EXPECT_GT(exchange["fingerprints_checked"].get<int>(), 0) << w.name;

@@ -293,7 +293,7 @@ TEST(FolderExchange, AnOverflowAnywhereMakesEveryReplicaSkipTheRound) {
   FakeSyncers syncers(root, workers, false);
   std::map<std::string, RoundResult> results;
   std::vector<std::thread> threads;
-  for (const std::string worker : workers) {
+  for (const std::string& worker : workers) {
     threads.emplace_back([&, worker] {
       auto exchange = make_folder_exchange(config_for(root, worker, workers, ExchangePattern::all_gather, codec::Codec::fp16));
       std::vector<float> g = gradient(1, 100);
@@ -345,7 +345,7 @@ TEST(FolderExchange, DivergedReplicasAreDetectedByFingerprints) {
   const std::vector<std::string> workers{"a", "b"};
   FakeSyncers syncers(root, workers, false);
   std::vector<std::thread> threads;
-  for (const std::string worker : workers) {
+  for (const std::string& worker : workers) {
     threads.emplace_back([&, worker] {
       auto exchange = make_folder_exchange(config_for(root, worker, workers, ExchangePattern::all_gather, codec::Codec::fp32));
       for (int r = 1; r <= 4; ++r) {
@@ -390,7 +390,7 @@ TEST(FolderExchange, HeartbeatsShowEachMembersRoundAndDeparture) {
   const std::vector<std::string> workers{"a", "b"};
   FakeSyncers syncers(root, workers, false);
   std::vector<std::thread> threads;
-  for (const std::string worker : workers) {
+  for (const std::string& worker : workers) {
     threads.emplace_back([&, worker] {
       FolderExchangeConfig c = config_for(root, worker, workers, ExchangePattern::all_gather, codec::Codec::fp16);
       c.heartbeat_interval_s = 0;  // one per round
