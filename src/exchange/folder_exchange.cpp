@@ -326,18 +326,25 @@ class FolderExchange final : public GradientExchange {
     last_heartbeat_ = now;
   }
 
+  // A GradientShard body for shard k of this round, written by this worker.
+  wire::GradientShard* new_shard(wire::FileHeader& header, uint32_t k) const {
+    const Range range = shard_range(n_, config_.shard_count, k);
+    wire::GradientShard* g = header.mutable_gradient();
+    g->set_round(round_);
+    g->set_worker(config_.worker);
+    g->set_shard_index(k);
+    g->set_shard_count(config_.shard_count);
+    g->set_begin(range.begin);
+    g->set_end(range.end);
+    *g->mutable_codec() = codec_spec(config_.codec);
+    return g;
+  }
+
   void publish_contributions(const float* grad, const LocalContribution& mine) {
     for (uint32_t k = 0; k < config_.shard_count; ++k) {
       const Range range = shard_range(n_, config_.shard_count, k);
       wire::FileHeader header = new_header();
-      wire::GradientShard* g = header.mutable_gradient();
-      g->set_round(round_);
-      g->set_worker(config_.worker);
-      g->set_shard_index(k);
-      g->set_shard_count(config_.shard_count);
-      g->set_begin(range.begin);
-      g->set_end(range.end);
-      *g->mutable_codec() = codec_spec(config_.codec);
+      wire::GradientShard* g = new_shard(header, k);
       g->set_tokens(mine.tokens);
       g->set_loss(mine.loss);
       g->set_overflow(mine.overflow);
@@ -604,14 +611,7 @@ class FolderExchange final : public GradientExchange {
       fill(commit->mutable_contributors());
     } else {
       const Range range = shard_range(n_, config_.shard_count, k);
-      wire::GradientShard* g = header.mutable_gradient();
-      g->set_round(round_);
-      g->set_worker(config_.worker);
-      g->set_shard_index(k);
-      g->set_shard_count(config_.shard_count);
-      g->set_begin(range.begin);
-      g->set_end(range.end);
-      *g->mutable_codec() = codec_spec(config_.codec);
+      wire::GradientShard* g = new_shard(header, k);
       g->set_reduced(true);
       g->set_epoch(epoch);
       fill(g->mutable_contributors());
