@@ -7,7 +7,7 @@
 namespace gradbox::cli {
 
 void add_status_command(CLI::App& app) {
-  CLI::App* cmd = app.add_subcommand("status", "Members of a many-worker run: state, round, tokens/s, loss, upload vs Drive's daily cap");
+  CLI::App* cmd = app.add_subcommand("status", "Members of a many-worker run: state, round, tokens/s, loss, upload vs Drive's daily cap; newest checkpoint");
   auto shared = std::make_shared<std::string>();
   auto local = std::make_shared<std::string>();
   auto stale_after = std::make_shared<double>(120.0);

@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "exchange/folder_exchange.h"
+#include "worker/checkpoint.h"
 #include "worker/sidecar.h"
 #include "worker/trainer.h"
 
@@ -67,14 +68,21 @@ struct SharedFlags {
   std::string shared;  // a folder, or an rclone remote "name:path"
   std::string local;   // the syncer's local mirror (default: <out>/sync)
   std::string worker;
-  std::string peers;   // every worker's name, comma-separated
+  std::string peers;   // the founding workers' names, comma-separated (empty: this one)
   std::string run_id;
   std::string pattern = "all-gather";
   std::string codec = "fp16";
   int zstd_level = 1;
   uint32_t shards = 0;
   double contribution_timeout = 30;
+  double deadline_floor = 2;
+  double deadline_k = 4;
   double failover_timeout = 60;
+  double heartbeat_interval = 10;
+  double stale_after = 60;
+  double checkpoint_failover = 600;
+  size_t keep_folder_checkpoints = 2;
+  uint64_t checkpoint_part_bytes = 64ull << 20;
   double give_up_timeout = 900;
   int64_t fingerprint_interval = 10;
   int64_t gc_window = 8;
@@ -97,14 +105,28 @@ void add_shared_flags(CLI::App* cmd, SharedFlags& f) {
   cmd->add_option("--shared", f.shared, "Shared folder (or rclone remote name:path) of a many-worker run");
   cmd->add_option("--local", f.local, "Local mirror of the shared folder (default: <out>/sync)");
   cmd->add_option("--worker", f.worker, "This worker's name (letters, digits, - and _)");
-  cmd->add_option("--peers", f.peers, "Every worker's name, comma-separated, this one included");
+  cmd->add_option("--peers", f.peers,
+                  "Founding workers of a new run, comma-separated (default: this one); ignored when joining a running one");
   cmd->add_option("--run-id", f.run_id, "Run identity carried by every file (default: the shared folder's name)");
   cmd->add_option("--exchange", f.pattern, "all-gather (everyone downloads everything) or sharded (owners reduce slices)")
       ->capture_default_str();
   cmd->add_option("--codec", f.codec, "Gradient codec: fp32, fp16, bf16 or int8 (+zstd)")->capture_default_str();
   cmd->add_option("--zstd-level", f.zstd_level, "zstd level of the codec")->capture_default_str();
   cmd->add_option("--shards", f.shards, "Shards per gradient (0: 1 for all-gather, one per worker for sharded)");
-  cmd->add_option("--contribution-timeout", f.contribution_timeout, "Seconds an owner waits for missing contributions")
+  cmd->add_option("--contribution-timeout", f.contribution_timeout,
+                  "Ceiling of the adaptive contribution deadline (seconds an owner waits for missing contributions)")
+      ->capture_default_str();
+  cmd->add_option("--deadline-floor", f.deadline_floor, "Floor of the adaptive contribution deadline (seconds)")
+      ->capture_default_str();
+  cmd->add_option("--deadline-k", f.deadline_k, "Deadline = median lag + k * spread of observed lags")->capture_default_str();
+  cmd->add_option("--heartbeat-interval", f.heartbeat_interval, "Seconds between heartbeats")->capture_default_str();
+  cmd->add_option("--stale-after", f.stale_after, "Seconds after which a heartbeat is stale")->capture_default_str();
+  cmd->add_option("--checkpoint-failover", f.checkpoint_failover,
+                  "Seconds before the next worker in line publishes a folder checkpoint that did not appear")
+      ->capture_default_str();
+  cmd->add_option("--keep-folder-checkpoints", f.keep_folder_checkpoints, "Checkpoints kept in the shared folder")
+      ->capture_default_str();
+  cmd->add_option("--checkpoint-part-bytes", f.checkpoint_part_bytes, "Size of the parts a folder checkpoint is cut into")
       ->capture_default_str();
   cmd->add_option("--failover-timeout", f.failover_timeout, "Seconds before the next owner takes over a shard")
       ->capture_default_str();
@@ -118,6 +140,8 @@ void add_shared_flags(CLI::App* cmd, SharedFlags& f) {
       ->capture_default_str();
   cmd->add_option("--sync-args", f.sync_args, "Extra gradbox-sync flags, space-separated (e.g. simulator settings)");
   cmd->add_flag("--overlap", f.overlap, "Exchange round r while step r+1 computes (one-step-delayed update)");
+  for (CLI::Option* option : cmd->get_options())  // like the train flags: the last value wins
+    if (option->get_expected_min() > 0) take_last(option);
 }
 
 exchange::FolderExchangeConfig exchange_config(const SharedFlags& f, const worker::TrainConfig& train,
@@ -142,7 +166,15 @@ exchange::FolderExchangeConfig exchange_config(const SharedFlags& f, const worke
   c.codec.zstd_level = f.zstd_level;
   c.codec.threads = static_cast<int>(std::max<int64_t>(1, train.threads));
   c.contribution_timeout_s = f.contribution_timeout;
+  c.deadline_floor_s = std::min(f.deadline_floor, f.contribution_timeout);
+  c.deadline_k = f.deadline_k;
   c.failover_timeout_s = f.failover_timeout;
+  c.heartbeat_interval_s = f.heartbeat_interval;
+  c.stale_after_s = f.stale_after;
+  c.checkpoint_failover_s = f.checkpoint_failover;
+  c.keep_folder_checkpoints = f.keep_folder_checkpoints;
+  c.checkpoint_part_bytes = f.checkpoint_part_bytes;
+  c.wait_for_syncer = true;
   c.give_up_timeout_s = f.give_up_timeout;
   c.fingerprint_interval = f.fingerprint_interval;
   c.gc_window = f.gc_window;
@@ -156,7 +188,10 @@ std::unique_ptr<worker::Sidecar> start_syncer(const SharedFlags& f, const std::f
   std::vector<std::string> argv{worker::sibling_executable("gradbox-sync").string(),
                                 "--shared", f.shared, "--local", local.string(), "--worker", f.worker,
                                 "--backend", f.sync_backend, "--parent-pid", std::to_string(::getpid())};
-  // Sharded: contributions go to their shard's owner only; others never download them.
+  // Checkpoint parts are fetched only by a worker that loads the checkpoint; sharded
+  // contributions only by their shard's owner.
+  argv.push_back("--on-demand-prefix");
+  argv.push_back("part-");
   if (pattern == exchange::ExchangePattern::sharded) {
     argv.push_back("--on-demand-prefix");
     argv.push_back("g-");
@@ -224,7 +259,6 @@ void add_train_command(CLI::App& app) {
     GB_REQUIRE(many || shared->worker.empty(), "--worker: needs --shared");
     if (many) {
       GB_REQUIRE(!shared->worker.empty(), "--worker: required with --shared");
-      GB_REQUIRE(!shared->peers.empty(), "--peers: required with --shared (every worker's name)");
       config.worker = shared->worker;
     }
 
@@ -242,14 +276,31 @@ void add_train_command(CLI::App& app) {
         if (sidecar && !sidecar->running())
           throw std::runtime_error(str("the syncer (gradbox-sync) exited; see ", (local / "syncer.log").string()));
       };
-      trainer.attach_exchange(exchange::make_folder_exchange(std::move(exchange)), shared->overlap);
+      std::unique_ptr<exchange::GradientExchange> folder = exchange::make_folder_exchange(std::move(exchange));
+      // Find the run and its newest state before the first round (Note [Elastic membership]).
+      const bool resumed = worker::find_latest_checkpoint(config.out_dir).has_value();
+      const exchange::JoinPlan plan = folder->join(config.out_dir, resumed ? trainer.step() : -1);
+      if (plan.checkpoint) trainer.resume_from(*plan.checkpoint);
+      trainer.attach_exchange(std::move(folder), shared->overlap);
+      // The founder publishes the initial weights; every other worker starts from them.
+      if (plan.founder && !plan.checkpoint && trainer.step() == 0) trainer.checkpoint_now();
     }
     std::signal(SIGINT, on_stop_signal);
     std::signal(SIGTERM, on_stop_signal);
     const int64_t stop_at = *stop_at_step;
     worker::Sidecar* sidecar = syncer.get();
-    worker::TrainSummary summary = trainer.run([stop_at, sidecar](int64_t step) {
+    // Fault injection for the repair test: GRADBOX_FAULT_PERTURB_STEP=N nudges this replica's
+    // parameters once, after step N, as a silent divergence (a bad GPU, a flipped bit) would.
+    const char* perturb = std::getenv("GRADBOX_FAULT_PERTURB_STEP");
+    int64_t perturb_step = perturb ? std::atoll(perturb) : -1;
+    worker::TrainSummary summary = trainer.run([&](int64_t step) {
       if (sidecar && !sidecar->running()) throw std::runtime_error("the syncer (gradbox-sync) exited; see its log");
+      if (step == perturb_step) {
+        torch::NoGradGuard no_grad;
+        trainer.flat().params().add_(1e-3);
+        log::Logger("train").warn(str("GRADBOX_FAULT_PERTURB_STEP: parameters nudged after step ", step));
+        perturb_step = -1;
+      }
       return g_stop_signal != 0 || (stop_at > 0 && step >= stop_at);
     });
     if (syncer) syncer->stop();

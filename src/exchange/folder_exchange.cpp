@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <deque>
 #include <map>
@@ -15,6 +16,8 @@
 #include "common/checksum.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "exchange/folder_checkpoint.h"
+#include "exchange/live_control.h"
 #include "wire/envelope.h"
 
 namespace gradbox::exchange {
@@ -82,7 +85,31 @@ struct ShardOutcome {
   bool done = false;
   bool skip = false;
   std::vector<Contributor> contributors;
+  wire::RoundView view;  // shard 0's is authoritative
 };
+
+// A peer's newest heartbeat, as far as membership cares.
+struct PeerBeat {
+  std::string state;  // joining | ready | live | left
+  uint64_t applied_round = 0;
+  double age_s = 0;   // writer's clock to ours
+};
+
+bool contains(const std::vector<std::string>& names, const std::string& name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+std::string join_names(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ",") + n;
+  return out.empty() ? "(none)" : out;
+}
+
+double median_of(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
 
 struct Stats {
   uint64_t rounds = 0;
@@ -97,6 +124,15 @@ struct Stats {
   uint64_t fingerprints_checked = 0;
   uint64_t fingerprint_mismatches = 0;
   uint64_t config_mismatches = 0;
+  uint64_t followed_rounds = 0;      // applied without contributing (joining, catching up)
+  uint64_t members_added = 0;        // by views this worker agreed
+  uint64_t members_dropped = 0;
+  uint64_t self_elections = 0;       // whole-run resumes started here
+  uint64_t resyncs = 0;              // reloads of the agreed state
+  uint64_t checkpoints_published = 0;
+  uint64_t checkpoint_failovers = 0;
+  uint64_t control_changes = 0;
+  double contribution_deadline_s = 0;
   double wait_seconds = 0;
   std::vector<std::string> rejected;
 
@@ -113,6 +149,15 @@ struct Stats {
             {"fingerprints_checked", fingerprints_checked},
             {"fingerprint_mismatches", fingerprint_mismatches},
             {"config_mismatches", config_mismatches},
+            {"followed_rounds", followed_rounds},
+            {"members_added", members_added},
+            {"members_dropped", members_dropped},
+            {"self_elections", self_elections},
+            {"resyncs", resyncs},
+            {"checkpoints_published", checkpoints_published},
+            {"checkpoint_failovers", checkpoint_failovers},
+            {"control_changes", control_changes},
+            {"contribution_deadline_s", contribution_deadline_s},
             {"wait_seconds", wait_seconds},
             {"rejected", rejected}};
   }
@@ -121,25 +166,70 @@ struct Stats {
 class FolderExchange final : public GradientExchange {
  public:
   explicit FolderExchange(FolderExchangeConfig config) : config_(std::move(config)) {
+    if (config_.members.empty()) config_.members = {config_.worker};
     std::sort(config_.members.begin(), config_.members.end());
+    shards_from_run_ = config_.shard_count == 0;
     if (config_.shard_count == 0)
       config_.shard_count = config_.pattern == ExchangePattern::sharded ? static_cast<uint32_t>(config_.members.size()) : 1;
     config_.validate();
-    for (uint32_t k = 0; k < config_.shard_count; ++k) encoders_.emplace_back(config_.codec);
+    config_.deadline_floor_s = std::min(config_.deadline_floor_s, config_.contribution_timeout_s);
+    encoders_.assign(config_.shard_count, codec::ErrorFeedbackEncoder(config_.codec));
     fs::create_directories(config_.local_dir / "outbox");
     fs::create_directories(config_.local_dir / "inbox");
     fs::create_directories(config_.local_dir / "exchange");
-    publish_run_config();
+    publisher_ = std::make_unique<CheckpointPublisher>(config_.local_dir, identity(), config_.checkpoint_part_bytes);
+    views_[1] = config_.members;  // a new run, unless join() finds an existing one
+    if (!shards_from_run_) publish_run_config();  // otherwise join() may still adopt the run's
   }
 
   std::string describe() const override {
-    return str(pattern_name(config_.pattern), " over ", config_.members.size(), " workers, ", config_.shard_count,
-               " shard(s), ", codec::codec_name(config_.codec.codec), "+zstd");
+    return str(pattern_name(config_.pattern), ", ", config_.shard_count, " shard(s), ", codec::codec_name(config_.codec.codec),
+               "+zstd, ", views_.count(1) ? "founding members " + join_names(config_.members) : "joining a running run");
+  }
+
+  JoinPlan join(const fs::path& run_dir, int64_t local_step) override {
+    const auto start = Clock::now();
+    if (config_.wait_for_syncer) wait_for_syncer_pass(start);
+    adopt_run_shape();
+    check_peer_configs(true);  // a mismatch is refused before anything is loaded
+    publish_run_config();
+    JoinPlan plan;
+    const bool has_checkpoint = !list_folder_checkpoints(config_.local_dir, identity()).empty();
+    // Round 1 agreed means the founders have started: anyone else follows and is let in later.
+    const bool started = newest_round_seen() > 1 || round_has_agreement(1);
+    const bool founding_member = contains(config_.members, config_.worker) && !started;
+    if (!has_checkpoint && !started && config_.members.front() == config_.worker) {
+      plan.founder = true;  // publishes the initial weights (the trainer's step-0 checkpoint)
+      logger().info(str("founding run ", config_.run_id, " with ", join_names(config_.members)));
+      return plan;
+    }
+    plan.founder = founding_member;
+    if (!founding_member) views_.clear();  // follow until an agreement lets this worker in
+    if (!has_checkpoint)
+      logger().info(str("waiting for ", config_.members.front(), " to publish the initial weights of run ", config_.run_id));
+    std::optional<FolderCheckpoint> newest = wait_for_newest_checkpoint(start, !has_checkpoint);
+    if (newest && static_cast<int64_t>(newest->step) > local_step) {
+      plan.checkpoint = fetch_checkpoint(*newest, run_dir, start);
+      logger().info(str(founding_member ? "starting run " : "joining run ", config_.run_id,
+                        " from the folder checkpoint of step ", newest->step, " (by ", newest->publisher, ")"));
+    } else if (newest) {
+      logger().info(str("joining run ", config_.run_id, " from the local checkpoint of step ", local_step,
+                        " (the folder's newest is step ", newest->step, ")"));
+    }
+    publish_heartbeat("joining");
+    return plan;
+  }
+
+  bool will_contribute(uint64_t round) const override {
+    auto view = views_.find(round);
+    if (view != views_.end()) return contains(view->second, config_.worker);
+    return !anyone_live();  // nobody to follow: this worker may have to resume the run itself
   }
 
   RoundResult all_reduce(uint64_t round, float* grad, size_t n, const LocalContribution& mine) override {
     const auto start = Clock::now();
     if (rounds_done_ == 0) first_round_start_ = start;
+    if (!run_config_published_) publish_run_config();
     round_ = round;
     n_ = n;
     shards_.assign(config_.shard_count, ShardOutcome{});
@@ -148,15 +238,22 @@ class FolderExchange final : public GradientExchange {
     mine_ = mine;
     rejected_this_round_.clear();
     own_agreements_.clear();
+    lag_seen_.clear();
     check_peer_configs(rounds_done_ == 0);
-    publish_contributions(grad, mine);
-    const auto contributed = Clock::now();
+    auto view = views_.find(round);
+    round_members_ = view != views_.end() ? view->second : std::vector<std::string>{};
+    member_ = contains(round_members_, config_.worker);
+    if (member_) publish_contributions(grad, mine);
+    auto contributed = Clock::now();
+    bool waited = false;
 
+    RoundResult result;
     size_t pending = config_.shard_count;
-    double next_alive_check = 1.0;
+    double next_housekeeping = 1.0;
     while (pending > 0) {
       const double elapsed = seconds_since(contributed);
       const std::set<std::string> visible = visible_files();
+      if (member_) observe_lags(visible, elapsed);
       for (uint32_t k = 0; k < config_.shard_count; ++k) {
         if (shards_[k].done) continue;
         if (try_apply_agreement(k, visible, grad)) {
@@ -164,13 +261,31 @@ class FolderExchange final : public GradientExchange {
           continue;
         }
         // One agreement is enough: never publish a competing one once any is visible.
-        if (agreements(k, visible).empty()) maybe_publish_agreement(k, visible, elapsed, grad);
+        if (member_ && agreements(k, visible).empty()) maybe_publish_agreement(k, visible, elapsed, grad);
         if (shards_[k].done) --pending;
       }
       if (pending == 0) break;
-      if (config_.check_alive && elapsed >= next_alive_check) {
-        config_.check_alive();
-        next_alive_check = elapsed + 1.0;
+      waited = true;
+      if (elapsed >= next_housekeeping) {
+        next_housekeeping = elapsed + 1.0;
+        if (config_.check_alive) config_.check_alive();
+        maintain_checkpoints();
+        if (!member_) {
+          if (follower_cannot_catch_up()) {
+            result.resync = true;
+            break;
+          }
+          if (elapsed >= config_.stale_after_s && may_resume_run()) {
+            if (mine.tokens == 0) {  // it did not compute a gradient: reload, then come back with one
+              result.resync = true;
+              break;
+            }
+            resume_run_alone(grad, mine);
+            contributed = Clock::now();
+            next_housekeeping = 1.0;
+            continue;
+          }
+        }
       }
       if (elapsed > config_.give_up_timeout_s) {
         throw std::runtime_error(str("round ", round, ": no usable agreement for ", pending, " shard(s) after ",
@@ -178,9 +293,14 @@ class FolderExchange final : public GradientExchange {
       }
       std::this_thread::sleep_for(std::chrono::duration<double>(config_.poll_interval_s));
     }
-
-    RoundResult result;
     result.wait_seconds = seconds_since(start);
+    if (result.resync) {
+      ++stats_.resyncs;
+      views_.clear();
+      write_stats();
+      return result;
+    }
+
     double loss_sum = 0;
     for (const ShardOutcome& shard : shards_) result.skip = result.skip || shard.skip;
     for (const Contributor& c : shards_[0].contributors) {
@@ -189,23 +309,44 @@ class FolderExchange final : public GradientExchange {
     }
     result.contributors = static_cast<int>(shards_[0].contributors.size());
     result.loss = result.tokens > 0 ? loss_sum / static_cast<double>(result.tokens) : mine.loss;
+    result.control = learn_from_agreement(round, shards_[0].view);
     ++stats_.rounds;
     ++rounds_done_;
+    if (!member_) ++stats_.followed_rounds;
     if (result.skip) ++stats_.skipped_rounds;
     stats_.wait_seconds += result.wait_seconds;
     check_fingerprints();
+    result.resync = resync_needed_;
+    if (resync_needed_) {
+      ++stats_.resyncs;
+      resync_needed_ = false;
+      views_.clear();
+    }
+    maintain_checkpoints();
     collect_garbage(round);
     applied_tokens_ += result.tokens;
     last_loss_ = result.loss;
-    if (Clock::now() - last_heartbeat_ >= std::chrono::duration<double>(config_.heartbeat_interval_s))
-      publish_heartbeat("live");
+    publish_progress_heartbeat(waited);
     write_stats();
     return result;
   }
 
   void leave() override {
-    if (!left_) publish_heartbeat("left");
+    if (left_) return;
     left_ = true;
+    // A checkpoint being published (the final one, typically) gets its manifest if the syncer
+    // uploads its parts soon; otherwise the next worker in line publishes it.
+    const auto start = Clock::now();
+    try {
+      while (publisher_->busy() && seconds_since(start) < 30) {
+        if (config_.check_alive) config_.check_alive();
+        maintain_checkpoints();
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    } catch (const std::exception& e) {
+      logger().warn(str("leaving before the folder checkpoint is complete: ", e.what()));
+    }
+    publish_heartbeat("left");
   }
 
   void after_update(uint64_t round, const float* params, size_t n) override {
@@ -216,10 +357,390 @@ class FolderExchange final : public GradientExchange {
     fp->set_worker(config_.worker);
     fp->set_parameters_checksum(checksum64(params, n * sizeof(float)));
     own_fingerprints_[round] = fp->parameters_checksum();
-    publish(round_dir_name(round) + "/" + fingerprint_name(config_.worker), wire::frame(header, {}));
+    // Once per round and worker: after a restart or a reload the earlier file stands (write-once).
+    const std::string rel = round_dir_name(round) + "/" + fingerprint_name(config_.worker);
+    if (!fs::exists(config_.local_dir / "outbox" / rel)) publish(rel, wire::frame(header, {}));
+  }
+
+  void after_checkpoint(uint64_t step, const fs::path& dir, uint64_t tokens, uint64_t parameters_checksum) override {
+    local_checkpoint_ = LocalCheckpoint{step, dir, tokens, parameters_checksum, Clock::now(), false};
+    maintain_checkpoints();
+  }
+
+  std::optional<fs::path> fetch_agreed_state(const fs::path& run_dir) override {
+    const auto start = Clock::now();
+    std::optional<FolderCheckpoint> newest = wait_for_newest_checkpoint(start, true);
+    GB_CHECK(newest.has_value(), "no folder checkpoint to reload");
+    fs::path dir = fetch_checkpoint(*newest, run_dir, start);
+    logger().warn(str("reloaded the agreed state: folder checkpoint of step ", newest->step, " by ", newest->publisher));
+    views_.clear();
+    return dir;
   }
 
  private:
+  struct LocalCheckpoint {
+    uint64_t step = 0;
+    fs::path dir;
+    uint64_t tokens = 0;
+    uint64_t parameters_checksum = 0;
+    Clock::time_point written;
+    bool settled = false;  // in the folder (by anyone), or not this worker's to publish
+  };
+
+  FileIdentity identity() const { return FileIdentity{config_.run_id, config_.model_fingerprint}; }
+
+  void wait_for_syncer_pass(Clock::time_point start) {
+    const fs::path stats = config_.local_dir / "syncer" / "stats.json";
+    while (true) {
+      if (fs::exists(stats)) {
+        const nlohmann::json j = nlohmann::json::parse(read_file(stats), nullptr, false);
+        if (j.is_object() && j.value("settled_passes", uint64_t{0}) >= 1) return;
+      }
+      if (config_.check_alive) config_.check_alive();
+      GB_CHECK(seconds_since(start) < config_.give_up_timeout_s, "the syncer has not listed the shared folder after ",
+               config_.give_up_timeout_s, " s (see ", (config_.local_dir / "syncer.log").string(), ")");
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+
+  // A joiner that did not choose --shards takes the run's.
+  void adopt_run_shape() {
+    if (!shards_from_run_) return;
+    const fs::path dir = config_.local_dir / "inbox" / "run";
+    std::error_code ec;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      if (!name.starts_with("config-") || !name.ends_with(".gbx.flag")) continue;
+      try {
+        wire::WireFile wf = wire::read_wire_file(dir / name.substr(0, name.size() - 5));
+        if (wf.header.run_id() != config_.run_id || !wf.header.has_run_config()) continue;
+        const uint32_t shards = wf.header.run_config().shard_count();
+        if (shards >= 1 && shards <= 4096 && shards != config_.shard_count) {
+          logger().info(str("using the run's --shards ", shards));
+          config_.shard_count = shards;
+          encoders_.assign(config_.shard_count, codec::ErrorFeedbackEncoder(config_.codec));
+        }
+        return;
+      } catch (const std::exception&) {
+        // check_peer_configs reports it
+      }
+    }
+  }
+
+  bool round_has_agreement(uint64_t round) const {
+    std::error_code ec;
+    for (fs::directory_iterator it(config_.local_dir / "inbox" / round_dir_name(round), ec), end; !ec && it != end;
+         it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      if ((name.starts_with("c-") || name.starts_with("r-")) && name.ends_with(".gbx.flag")) return true;
+    }
+    return false;
+  }
+
+  uint64_t newest_round_seen() const {
+    uint64_t newest = 0;
+    std::error_code ec;
+    for (fs::directory_iterator it(config_.local_dir / "inbox" / "rounds", ec), end; !ec && it != end; it.increment(ec)) {
+      unsigned long long r = 0;
+      if (std::sscanf(it->path().filename().c_str(), "r%llu", &r) == 1) newest = std::max<uint64_t>(newest, r);
+    }
+    return newest;
+  }
+
+  // The newest folder checkpoint not known to be broken; waits for one when `wait` is set.
+  std::optional<FolderCheckpoint> wait_for_newest_checkpoint(Clock::time_point start, bool wait) {
+    while (true) {
+      for (const FolderCheckpoint& c : list_folder_checkpoints(config_.local_dir, identity())) {
+        if (broken_checkpoints_.count(c.dir_rel)) continue;
+        auto agreed = agreed_fingerprints_.find(c.step);
+        if (agreed != agreed_fingerprints_.end() && agreed->second != c.parameters_checksum) {
+          logger().warn(str(c.dir_rel, " holds parameters the replicas disagreed with; not loading it"));
+          broken_checkpoints_.insert(c.dir_rel);
+          continue;
+        }
+        return c;
+      }
+      if (!wait) return std::nullopt;
+      if (config_.check_alive) config_.check_alive();
+      GB_CHECK(seconds_since(start) < config_.give_up_timeout_s, "no checkpoint of run ", config_.run_id,
+               " appeared in the folder after ", config_.give_up_timeout_s, " s");
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+
+  // Fetches `wanted` (or, when a part of it turns out broken, the newest older one) into
+  // run_dir/checkpoints/step_N, the layout the trainer resumes from.
+  fs::path fetch_checkpoint(FolderCheckpoint wanted, const fs::path& run_dir, Clock::time_point start) {
+    while (true) {
+      char name[32];
+      std::snprintf(name, sizeof name, "step_%08llu", static_cast<unsigned long long>(wanted.step));
+      const fs::path target = run_dir / "checkpoints" / name;
+      try {
+        std::error_code ec;
+        fs::remove_all(target, ec);  // a local copy of the same step may be the diverged state
+        if (fetch_folder_checkpoint(config_.local_dir, wanted, identity(), target)) return target;
+      } catch (const InputError& e) {
+        logger().error(str("folder checkpoint ", wanted.dir_rel, " is unusable: ", e.what(), "; trying an older one"));
+        broken_checkpoints_.insert(wanted.dir_rel);
+        wanted = *wait_for_newest_checkpoint(start, true);
+        continue;
+      }
+      if (config_.check_alive) config_.check_alive();
+      GB_CHECK(seconds_since(start) < config_.give_up_timeout_s, "folder checkpoint ", wanted.dir_rel,
+               " did not arrive in ", config_.give_up_timeout_s, " s");
+      // A newer one appeared, or this one was pruned while its parts were coming: take the newest.
+      std::optional<FolderCheckpoint> newest = wait_for_newest_checkpoint(start, true);
+      if (newest->dir_rel != wanted.dir_rel) {
+        logger().info(str("fetching ", newest->dir_rel, " instead of ", wanted.dir_rel));
+        wanted = *newest;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+
+  // Peers' newest heartbeats (flagged mirrors); older mirrored ones are dropped on the way.
+  std::map<std::string, PeerBeat> read_heartbeats() const {
+    std::map<std::string, PeerBeat> beats;
+    const int64_t now = unix_ms();
+    std::error_code ec;
+    for (fs::directory_iterator w(config_.local_dir / "inbox" / "members", ec), end; !ec && w != end; w.increment(ec)) {
+      const std::string worker = w->path().filename().string();
+      if (worker == config_.worker) continue;
+      std::vector<std::string> names;
+      std::error_code wec;
+      for (fs::directory_iterator f(w->path(), wec); !wec && f != fs::directory_iterator(); f.increment(wec)) {
+        const std::string name = f->path().filename().string();
+        if (name.starts_with("hb-") && name.ends_with(".gbx.flag")) names.push_back(name.substr(0, name.size() - 5));
+      }
+      std::sort(names.begin(), names.end());  // fixed-width sequence: newest last
+      for (auto it = names.rbegin(); it != names.rend(); ++it) {
+        try {
+          wire::WireFile file = wire::read_wire_file(w->path() / *it);
+          if (file.header.run_id() != config_.run_id || !file.header.has_heartbeat()) continue;
+          const wire::Heartbeat& hb = file.header.heartbeat();
+          beats[worker] = PeerBeat{hb.state(), hb.applied_round(),
+                                   static_cast<double>(now - file.header.created_unix_ms()) / 1000.0};
+          break;
+        } catch (const std::exception&) {
+          continue;  // verified by the syncer; only a concurrent cleanup gets here
+        }
+      }
+      for (size_t i = 0; i + 1 < names.size(); ++i) {
+        fs::remove(w->path() / names[i], wec);
+        fs::remove(w->path() / (names[i] + ".flag"), wec);
+      }
+    }
+    return beats;
+  }
+
+  bool fresh(const PeerBeat& beat) const { return beat.age_s < config_.stale_after_s; }
+
+  bool anyone_live() const {
+    for (const auto& [worker, beat] : read_heartbeats())
+      if (beat.state == "live" && fresh(beat)) return true;
+    return false;
+  }
+
+  // Nobody is live: the follower with the smallest name among the fresh ones resumes the run.
+  bool may_resume_run() const {
+    for (const auto& [worker, beat] : read_heartbeats()) {
+      if (!fresh(beat) || beat.state == "left") continue;
+      if (beat.state == "live" || worker < config_.worker) return false;
+    }
+    return true;
+  }
+
+  void resume_run_alone(float* grad, const LocalContribution& mine) {
+    ++stats_.self_elections;
+    logger().warn(str("round ", round_, ": no live member and no agreement after ", config_.stale_after_s, " s; ",
+                      config_.worker, " resumes the run alone (others join as they come)"));
+    round_members_ = {config_.worker};
+    views_[round_] = round_members_;
+    member_ = true;
+    publish_contributions(grad, mine);
+  }
+
+  // The round this follower needs is gone from the folder and a newer checkpoint exists.
+  bool follower_cannot_catch_up() {
+    std::error_code ec;
+    if (fs::exists(inbox_dir(), ec) && !fs::is_empty(inbox_dir(), ec)) return false;
+    if (newest_round_seen() <= round_ + 1) return false;
+    for (const FolderCheckpoint& c : list_folder_checkpoints(config_.local_dir, identity()))
+      if (c.step >= round_ && !broken_checkpoints_.count(c.dir_rel)) {
+        logger().warn(str("round ", round_, " is gone from the folder; reloading the checkpoint of step ", c.step));
+        return true;
+      }
+    return false;
+  }
+
+  // Lags from this worker's contribution to each peer's (first shard seen), for the deadline.
+  void observe_lags(const std::set<std::string>& visible, double elapsed) {
+    for (const std::string& member : round_members_) {
+      if (member == config_.worker || lag_seen_.count(member)) continue;
+      for (uint32_t k = 0; k < config_.shard_count; ++k) {
+        if (!visible.count(contribution_name(member, k))) continue;
+        lag_seen_.insert(member);
+        lags_.push_back(elapsed);
+        if (lags_.size() > 256) lags_.pop_front();
+        break;
+      }
+    }
+  }
+
+  // median + k * spread of the observed lags, within [floor, ceiling]; the ceiling until 8 are seen.
+  double contribution_deadline() {
+    double deadline = config_.contribution_timeout_s;
+    if (lags_.size() >= 8) {
+      std::vector<double> lags(lags_.begin(), lags_.end());
+      const double median = median_of(lags);
+      std::vector<double> deviations;
+      for (double lag : lags) deviations.push_back(std::abs(lag - median));
+      const double spread = 1.4826 * median_of(deviations);
+      deadline = std::clamp(median + config_.deadline_k * spread, config_.deadline_floor_s, config_.contribution_timeout_s);
+    }
+    if (std::abs(deadline - stats_.contribution_deadline_s) > 0.2 * std::max(stats_.contribution_deadline_s, 0.5)) {
+      logger().info(str("contribution deadline ", deadline, " s (", lags_.size(), " lags observed, floor ",
+                        config_.deadline_floor_s, " s, ceiling ", config_.contribution_timeout_s, " s)"));
+      stats_.contribution_deadline_s = deadline;
+    }
+    return deadline;
+  }
+
+  // Shard 0's owner decides who is expected next round (Note [Elastic membership]).
+  std::vector<std::string> next_view(const std::vector<Contributor>& contributors) {
+    std::set<std::string> next;
+    for (const Contributor& c : contributors)
+      if (!refused_workers_.count(c.worker)) next.insert(c.worker);
+    for (const auto& [worker, beat] : read_heartbeats()) {
+      if (beat.state == "left") next.erase(worker);
+      else if (beat.state == "ready" && fresh(beat) && beat.applied_round + 2 >= round_ && !refused_workers_.count(worker))
+        next.insert(worker);
+    }
+    std::vector<std::string> view(next.begin(), next.end());
+    if (view != round_members_) {
+      for (const std::string& w : view)
+        if (!contains(round_members_, w)) ++stats_.members_added;
+      for (const std::string& w : round_members_)
+        if (!contains(view, w)) ++stats_.members_dropped;
+      logger().info(str("round ", round_ + 1, " members: ", join_names(view), " (round ", round_, ": ",
+                        join_names(round_members_), ")"));
+    }
+    return view;
+  }
+
+  // The control every replica uses from control_from_round on (Note [Live control]). A change is
+  // proposed only when this worker's mirror of control.json changed since it last looked, so an
+  // owner with an older mirror never undoes a newer change.
+  AgreedControl decide_control() {
+    AgreedControl control = agreed_control_;
+    const fs::path file = config_.local_dir / "inbox" / "control.json";
+    std::error_code ec;
+    if (!fs::exists(file, ec)) return control;
+    std::string text;
+    try {
+      text = read_file(file);
+    } catch (const std::exception&) {
+      return control;
+    }
+    if (text == control_text_seen_) return control;
+    control_text_seen_ = text;
+    try {
+      const std::string json = LiveControl::parse(text, "control.json").to_json().dump();
+      if (json == control.json) return control;
+      control = AgreedControl{agreed_control_.version + 1, round_ + 2, json};
+      logger().info(str("live control changed (control.json): ", json, " from round ", control.from_round));
+    } catch (const std::exception& e) {
+      logger().error(str(e.what(), "; the control stays ", control.json));
+    }
+    return control;
+  }
+
+  std::optional<AgreedControl> learn_from_agreement(uint64_t round, const wire::RoundView& view) {
+    if (view.members_size() == 0) return std::nullopt;  // an agreement without a view (older writer)
+    applied_views_[round] = {view.members().begin(), view.members().end()};
+    if (view.next_members_size() > 0) views_[round + 1] = {view.next_members().begin(), view.next_members().end()};
+    while (applied_views_.size() > 4096) applied_views_.erase(applied_views_.begin());
+    while (views_.size() > 4) views_.erase(views_.begin());
+    if (view.control_json().empty()) return std::nullopt;
+    const AgreedControl control{view.control_version(), view.control_from_round(), view.control_json()};
+    if (control.json != agreed_control_.json) ++stats_.control_changes;
+    agreed_control_ = control;
+    return control;
+  }
+
+  void fill_view(wire::RoundView* view, uint32_t k, const std::vector<Contributor>& contributors) {
+    for (const std::string& m : round_members_) view->add_members(m);
+    if (k != 0) return;
+    for (const std::string& m : next_view(contributors)) view->add_next_members(m);
+    const AgreedControl control = decide_control();
+    view->set_control_json(control.json);
+    view->set_control_from_round(control.from_round);
+    view->set_control_version(control.version);
+  }
+
+  // Members publish "live" every heartbeat interval; a follower says "ready" every round once it
+  // is caught up (an owner only lets in a follower whose beat shows a recent round).
+  void publish_progress_heartbeat(bool waited) {
+    const auto since = Clock::now() - last_heartbeat_;
+    const bool due = since >= std::chrono::duration<double>(config_.heartbeat_interval_s);
+    if (member_) {
+      if (due || last_heartbeat_state_ != "live") publish_heartbeat("live");
+      return;
+    }
+    const bool caught_up = waited || newest_round_seen() <= round_ + 1;
+    if (caught_up) publish_heartbeat("ready");
+    else if (due || last_heartbeat_state_ != "joining") publish_heartbeat("joining");
+  }
+
+  // Folder checkpoints: the agreed publisher of step s is V_s[(s + e) mod |V_s|] for epoch e;
+  // epoch e starts e * checkpoint_failover_s after the step's local checkpoint was written,
+  // unless a checkpoint of that step (or newer) is in the folder by then.
+  void maintain_checkpoints() {
+    try {
+      if (publisher_->poll()) {
+        ++stats_.checkpoints_published;
+        logger().info(str("folder checkpoint of step ", *last_published_step_, " complete (manifest written)"));
+      }
+      const std::vector<FolderCheckpoint> folder = list_folder_checkpoints(config_.local_dir, identity());
+      if (local_checkpoint_ && !local_checkpoint_->settled && !publisher_->busy()) {
+        LocalCheckpoint& local = *local_checkpoint_;
+        const bool present = std::any_of(folder.begin(), folder.end(),
+                                         [&](const FolderCheckpoint& c) { return c.step >= local.step; });
+        auto view = applied_views_.find(local.step);
+        const std::vector<std::string>* members = nullptr;
+        if (view != applied_views_.end()) members = &view->second;
+        else if (local.step == 0 && views_.count(1)) members = &views_.at(1);
+        if (present || !members || !contains(*members, config_.worker)) {
+          local.settled = true;
+        } else {
+          const size_t n = members->size();
+          const size_t index = static_cast<size_t>(std::find(members->begin(), members->end(), config_.worker) - members->begin());
+          const uint32_t epoch = static_cast<uint32_t>((index + n - local.step % n) % n);
+          if (seconds_since(local.written) >= epoch * config_.checkpoint_failover_s) {
+            local.settled = true;
+            if (!fs::exists(local.dir / "manifest.json")) {
+              logger().warn(str("local checkpoint ", local.dir.string(), " is gone; not publishing step ", local.step));
+            } else {
+              if (epoch > 0) {
+                ++stats_.checkpoint_failovers;
+                logger().warn(str("no folder checkpoint of step ", local.step, " after ",
+                                  epoch * config_.checkpoint_failover_s, " s; ", config_.worker,
+                                  " publishes it as epoch ", epoch));
+              }
+              publisher_->start(local.dir, local.step, epoch, config_.worker, local.tokens, local.parameters_checksum);
+              last_published_step_ = local.step;
+            }
+          }
+        }
+      }
+      prune_folder_checkpoints(config_.local_dir, identity(), config_.keep_folder_checkpoints);
+      // Rounds after the oldest kept checkpoint stay, so a joiner can replay from it.
+      if (!folder.empty()) replay_floor_ = folder[std::min(folder.size(), config_.keep_folder_checkpoints) - 1].step;
+    } catch (const std::exception& e) {
+      logger().error(str("folder checkpoints: ", e.what()));
+    }
+  }
+
   fs::path inbox_dir() const { return config_.local_dir / "inbox" / round_dir_name(round_); }
 
   wire::RunConfig run_config() const {
@@ -233,9 +754,12 @@ class FolderExchange final : public GradientExchange {
   }
 
   void publish_run_config() {
+    if (run_config_published_) return;
     wire::FileHeader header = new_header();
     *header.mutable_run_config() = run_config();
-    publish(run_config_name(config_.worker), wire::frame(header, {}));
+    if (!fs::exists(config_.local_dir / "outbox" / run_config_name(config_.worker)))  // an earlier life's stands
+      publish(run_config_name(config_.worker), wire::frame(header, {}));
+    run_config_published_ = true;
   }
 
   // Peers' RunConfigs that arrived since the last round. On this worker's first round a
@@ -282,7 +806,7 @@ class FolderExchange final : public GradientExchange {
   }
 
   const std::string& owner(uint32_t shard, uint32_t epoch) const {
-    return config_.members[(shard + round_ + epoch) % config_.members.size()];
+    return round_members_[(shard + round_ + epoch) % round_members_.size()];
   }
 
   void publish(const std::string& rel, const std::string& bytes) {
@@ -309,6 +833,7 @@ class FolderExchange final : public GradientExchange {
     const int64_t sequence = std::max<int64_t>(header.created_unix_ms(), last_heartbeat_sequence_ + 1);
     hb->set_sequence(static_cast<uint64_t>(sequence));
     hb->set_applied_round(round_);
+    hb->set_step(round_);
     hb->set_state(state);
     hb->set_tokens_per_second(seconds > 0 ? static_cast<double>(applied_tokens_) / seconds : 0.0);
     hb->set_last_loss(last_loss_);
@@ -324,6 +849,7 @@ class FolderExchange final : public GradientExchange {
     last_heartbeat_name_ = name;
     last_heartbeat_sequence_ = sequence;
     last_heartbeat_ = now;
+    last_heartbeat_state_ = state;
   }
 
   // A GradientShard body for shard k of this round, written by this worker.
@@ -340,7 +866,32 @@ class FolderExchange final : public GradientExchange {
     return g;
   }
 
+  // A contribution this worker already published in an earlier life (before a kill -9) is
+  // reused: the shared folder keeps its first bytes (write-once), and agreements may pin them.
+  bool reuse_earlier_contributions() {
+    std::vector<wire::WireFile> earlier;
+    for (uint32_t k = 0; k < config_.shard_count; ++k) {
+      const fs::path path = config_.local_dir / "outbox" / round_dir_name(round_) / contribution_name(config_.worker, k);
+      if (!fs::exists(path)) return false;
+      try {
+        earlier.push_back(wire::read_wire_file(path));
+      } catch (const std::exception& e) {
+        logger().warn(str(path.string(), ": unreadable (", e.what(), "); contributing afresh"));
+        return false;
+      }
+    }
+    for (uint32_t k = 0; k < config_.shard_count; ++k) {
+      own_payloads_[k] = std::move(earlier[k].payload);
+      own_checksums_[k] = checksum64(own_payloads_[k].data(), own_payloads_[k].size());
+    }
+    const wire::GradientShard& g = earlier[0].header.gradient();
+    mine_ = LocalContribution{g.tokens(), g.loss(), g.overflow()};
+    logger().info(str("round ", round_, ": reusing the contribution this worker published before it restarted"));
+    return true;
+  }
+
   void publish_contributions(const float* grad, const LocalContribution& mine) {
+    if (reuse_earlier_contributions()) return;
     for (uint32_t k = 0; k < config_.shard_count; ++k) {
       const Range range = shard_range(n_, config_.shard_count, k);
       wire::FileHeader header = new_header();
@@ -371,13 +922,21 @@ class FolderExchange final : public GradientExchange {
       if (name.ends_with(".flag")) names.insert(name.substr(0, name.size() - 5));
     }
     for (const auto& [name, bytes] : own_agreements_) names.insert(name);
+    // Our own files, also from an earlier life: the syncer never mirrors them into the inbox.
+    for (fs::directory_iterator it(outbox_round_dir(), ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      if (name.ends_with(".gbx") && name.find(".tmp") == std::string::npos) names.insert(name);
+    }
     return names;
   }
+
+  fs::path outbox_round_dir() const { return config_.local_dir / "outbox" / round_dir_name(round_); }
 
   // Reads and validates a peer file of this round; nullopt (logged, counted) when it must not be used.
   std::optional<wire::WireFile> read_peer(const std::string& name) {
     if (rejected_this_round_.count(name)) return std::nullopt;
-    const fs::path path = inbox_dir() / name;
+    fs::path path = inbox_dir() / name;
+    if (!fs::exists(path.string() + ".flag") && fs::exists(outbox_round_dir() / name)) path = outbox_round_dir() / name;
     try {
       wire::WireFile file = wire::read_wire_file(path);
       wire::check_identity(file.header, config_.run_id, config_.model_fingerprint, path.string());
@@ -408,7 +967,8 @@ class FolderExchange final : public GradientExchange {
       unsigned epoch = 0;
       if (std::sscanf(it->c_str() + prefix.size(), "%u", &epoch) == 1) found.push_back({epoch, *it});
     }
-    std::sort(found.begin(), found.end(), [](const Agreement& a, const Agreement& b) { return a.epoch < b.epoch; });
+    // Equal epochs (two eras of a resumed run) fall back to name order: the same on every replica.
+    std::stable_sort(found.begin(), found.end(), [](const Agreement& a, const Agreement& b) { return a.epoch < b.epoch; });
     return found;
   }
 
@@ -460,6 +1020,7 @@ class FolderExchange final : public GradientExchange {
     }
     const wire::RoundCommit& commit = file.header.commit();
     if (!valid_agreement_shape(commit.round(), commit.shard_index(), commit.shard_count(), k, name)) return false;
+    shards_[k].view = commit.view();
     std::vector<Contributor> contributors = contributors_of(commit.contributors());
     for (const Contributor& c : contributors)
       if (c.worker != config_.worker && !visible.count(contribution_name(c.worker, k))) return false;
@@ -473,8 +1034,7 @@ class FolderExchange final : public GradientExchange {
     std::vector<float> sum(range.size(), 0.0f);
     for (const Contributor& c : contributors) {
       const float weight = contribution_weight(c.tokens, total);
-      if (c.worker == config_.worker) {
-        GB_CHECK(c.checksum == own_checksums_[k], "commit ", name, " pins another contribution of ", config_.worker);
+      if (c.worker == config_.worker && !own_payloads_[k].empty() && c.checksum == own_checksums_[k]) {
         accumulate(own_payloads_[k], weight, sum);
         continue;
       }
@@ -510,6 +1070,7 @@ class FolderExchange final : public GradientExchange {
     ShardOutcome& shard = shards_[k];
     shard.contributors = contributors_of(g.contributors());
     shard.skip = g.overflow();
+    shard.view = g.view();
     if (shard.skip) return true;
     try {
       codec::CodecOptions opt = decode_options(g.codec(), config_.codec, name);
@@ -524,18 +1085,18 @@ class FolderExchange final : public GradientExchange {
 
   // Owners publish the agreement of the shards they hold for the current epoch.
   void maybe_publish_agreement(uint32_t k, const std::set<std::string>& visible, double elapsed, float* grad) {
-    for (uint32_t epoch = 0; epoch < config_.members.size(); ++epoch) {
+    for (uint32_t epoch = 0; epoch < round_members_.size(); ++epoch) {
       if (owner(k, epoch) != config_.worker) continue;
       const double epoch_start = epoch * config_.failover_timeout_s;
       if (elapsed < epoch_start) return;
       if (own_agreements_.count(agreement_name(config_.pattern, k, epoch, config_.worker))) return;
       request_contributions(k);
       std::vector<std::string> present{config_.worker};
-      for (const std::string& member : config_.members)
+      for (const std::string& member : round_members_)
         if (member != config_.worker && !refused_workers_.count(member) && visible.count(contribution_name(member, k)))
           present.push_back(member);
-      const bool everyone = present.size() == config_.members.size();
-      if (!everyone && elapsed < epoch_start + config_.contribution_timeout_s) return;
+      const bool everyone = present.size() == round_members_.size();
+      if (!everyone && elapsed < epoch_start + contribution_deadline()) return;
       if (epoch > 0) {
         ++stats_.failovers;
         logger().warn(str("round ", round_, " shard ", k, ": no agreement from ", owner(k, epoch - 1),
@@ -549,7 +1110,7 @@ class FolderExchange final : public GradientExchange {
 
   void request_contributions(uint32_t k) {
     if (config_.pattern != ExchangePattern::sharded) return;
-    for (const std::string& member : config_.members) {
+    for (const std::string& member : round_members_) {
       if (member == config_.worker) continue;
       const fs::path request =
           config_.local_dir / "requests" / round_dir_name(round_) / contribution_name(member, k);
@@ -580,10 +1141,10 @@ class FolderExchange final : public GradientExchange {
       contributors.push_back({worker, g.tokens(), g.loss(), g.overflow(), file->header.payload_checksum()});
       if (config_.pattern == ExchangePattern::sharded) files.emplace(worker, std::move(*file));
     }
-    stats_.contributions_left_out += config_.members.size() - contributors.size();
-    if (contributors.size() < config_.members.size()) {
+    stats_.contributions_left_out += round_members_.size() - contributors.size();
+    if (contributors.size() < round_members_.size()) {
       std::string missing;
-      for (const std::string& member : config_.members)
+      for (const std::string& member : round_members_)
         if (std::none_of(contributors.begin(), contributors.end(), [&](const Contributor& c) { return c.worker == member; }))
           missing += " " + member;
       logger().warn(str("round ", round_, " shard ", k, ": agreed without", missing));
@@ -609,12 +1170,14 @@ class FolderExchange final : public GradientExchange {
       commit->set_owner(config_.worker);
       commit->set_epoch(epoch);
       fill(commit->mutable_contributors());
+      fill_view(commit->mutable_view(), k, contributors);
     } else {
       const Range range = shard_range(n_, config_.shard_count, k);
       wire::GradientShard* g = new_shard(header, k);
       g->set_reduced(true);
       g->set_epoch(epoch);
       fill(g->mutable_contributors());
+      fill_view(g->mutable_view(), k, contributors);
       const bool overflow = std::any_of(contributors.begin(), contributors.end(), [](const Contributor& c) { return c.overflow; });
       g->set_overflow(overflow);
       uint64_t total = 0;
@@ -646,9 +1209,13 @@ class FolderExchange final : public GradientExchange {
     ++stats_.agreements_published;
   }
 
+  // Replica checks (Note [Elastic membership], repair): every fingerprint round's checksums
+  // are grouped; the replica outside the winning group reloads the agreed state.
   void check_fingerprints() {
     for (auto it = own_fingerprints_.begin(); it != own_fingerprints_.end();) {
       const uint64_t round = it->first;
+      std::map<std::string, uint64_t>& seen = peer_fingerprints_[round];
+      const size_t before = seen.size();
       const fs::path dir = config_.local_dir / "inbox" / round_dir_name(round);
       std::error_code ec;
       for (fs::directory_iterator d(dir, ec), end; !ec && d != end; d.increment(ec)) {
@@ -660,25 +1227,60 @@ class FolderExchange final : public GradientExchange {
           wire::WireFile file = wire::read_wire_file(dir / file_name);
           wire::check_identity(file.header, config_.run_id, config_.model_fingerprint, (dir / file_name).string());
           ++stats_.fingerprints_checked;
-          if (file.header.fingerprint().parameters_checksum() != it->second) {
+          const uint64_t theirs = file.header.fingerprint().parameters_checksum();
+          seen[file.header.fingerprint().worker()] = theirs;
+          if (theirs != it->second) {
             ++stats_.fingerprint_mismatches;
             logger().error(str("replica divergence: after round ", round, " ", file.header.fingerprint().worker(),
-                               " holds parameters ", to_hex64(file.header.fingerprint().parameters_checksum()), ", ",
-                               config_.worker, " holds ", to_hex64(it->second)));
+                               " holds parameters ", to_hex64(theirs), ", ", config_.worker, " holds ",
+                               to_hex64(it->second)));
           }
         } catch (const std::exception& e) {
           reject(file_name, e.what());
         }
       }
-      it = (round + static_cast<uint64_t>(config_.gc_window) <= round_) ? own_fingerprints_.erase(it) : std::next(it);
+      if (seen.size() != before && agreed_checksum(round, it->second, seen) != it->second) {
+        logger().error(str("after round ", round, " this replica is in the minority; reloading the agreed state"));
+        resync_needed_ = true;
+      }
+      if (round + static_cast<uint64_t>(config_.gc_window) <= round_) {
+        peer_fingerprints_.erase(round);
+        it = own_fingerprints_.erase(it);
+      } else {
+        ++it;
+      }
     }
+    if (resync_needed_) {
+      own_fingerprints_.clear();
+      peer_fingerprints_.clear();
+    }
+  }
+
+  // The largest group of equal checksums wins; a tie goes to the group of the smallest name.
+  // Remembered, so that a reload never picks a checkpoint the replicas disagreed with.
+  uint64_t agreed_checksum(uint64_t round, uint64_t own, const std::map<std::string, uint64_t>& peers) {
+    std::map<uint64_t, std::pair<size_t, std::string>> groups;  // checksum -> (size, smallest name)
+    auto add = [&](const std::string& worker, uint64_t checksum) {
+      auto& g = groups[checksum];
+      if (g.first++ == 0 || worker < g.second) g.second = worker;
+    };
+    add(config_.worker, own);
+    for (const auto& [worker, checksum] : peers) add(worker, checksum);
+    const auto best = std::max_element(groups.begin(), groups.end(), [](const auto& a, const auto& b) {
+      return a.second.first != b.second.first ? a.second.first < b.second.first : a.second.second > b.second.second;
+    });
+    agreed_fingerprints_[round] = best->first;
+    while (agreed_fingerprints_.size() > 64) agreed_fingerprints_.erase(agreed_fingerprints_.begin());
+    return best->first;
   }
 
   // Rounds more than gc_window behind are done: drop our files (the syncer then deletes the
   // shared copies) and our local mirror of everyone else's.
   void collect_garbage(uint64_t round) {
     if (round <= static_cast<uint64_t>(config_.gc_window)) return;
-    const uint64_t limit = round - config_.gc_window;  // rounds < limit go
+    uint64_t limit = round - config_.gc_window;  // rounds < limit go
+    // Keep what a joiner replays after the oldest kept folder checkpoint.
+    if (replay_floor_) limit = std::min<uint64_t>(limit, *replay_floor_ + 1);
     std::error_code ec;
     for (const char* side : {"outbox", "inbox", "requests"}) {
       const fs::path rounds = config_.local_dir / side / "rounds";
@@ -708,6 +1310,25 @@ class FolderExchange final : public GradientExchange {
   }
 
   FolderExchangeConfig config_;
+  bool shards_from_run_ = false;
+  bool run_config_published_ = false;
+  // Membership (Note [Elastic membership]).
+  std::map<uint64_t, std::vector<std::string>> views_;          // expected contributors by round
+  std::map<uint64_t, std::vector<std::string>> applied_views_;  // members of rounds applied
+  std::vector<std::string> round_members_;                      // this round's; empty: following
+  bool member_ = false;
+  std::deque<double> lags_;
+  std::set<std::string> lag_seen_;
+  bool resync_needed_ = false;
+  // Live control (Note [Live control]).
+  AgreedControl agreed_control_;
+  std::string control_text_seen_;
+  // Folder checkpoints.
+  std::unique_ptr<CheckpointPublisher> publisher_;
+  std::optional<LocalCheckpoint> local_checkpoint_;
+  std::optional<uint64_t> last_published_step_;
+  std::optional<uint64_t> replay_floor_;
+  std::set<std::string> broken_checkpoints_;
   std::vector<codec::ErrorFeedbackEncoder> encoders_;
   uint64_t round_ = 0;
   size_t n_ = 0;
@@ -718,6 +1339,8 @@ class FolderExchange final : public GradientExchange {
   std::map<std::string, std::string> own_agreements_;
   std::set<std::string> rejected_this_round_;
   std::map<uint64_t, uint64_t> own_fingerprints_;
+  std::map<uint64_t, std::map<std::string, uint64_t>> peer_fingerprints_;
+  std::map<uint64_t, uint64_t> agreed_fingerprints_;  // round -> the winning checksum
   std::set<std::string> checked_fingerprints_;
   std::set<std::string> checked_configs_;
   std::set<std::string> refused_workers_;
@@ -726,6 +1349,7 @@ class FolderExchange final : public GradientExchange {
   std::deque<std::pair<std::chrono::system_clock::time_point, uint64_t>> uploads_;
   Clock::time_point last_heartbeat_{};
   std::string last_heartbeat_name_;
+  std::string last_heartbeat_state_;
   int64_t last_heartbeat_sequence_ = 0;
   uint64_t applied_tokens_ = 0;
   Clock::time_point first_round_start_{};
@@ -750,14 +1374,18 @@ void FolderExchangeConfig::validate() const {
   GB_REQUIRE(!worker.empty(), "--worker: a worker name is required with --shared");
   GB_REQUIRE(worker.find_first_of("/\\ .") == std::string::npos && worker.size() <= 64,
              "--worker ", worker, ": use letters, digits, '-' and '_' only (it becomes part of file names)");
-  GB_REQUIRE(std::find(members.begin(), members.end(), worker) != members.end(), "--peers: must include this worker (",
-             worker, ")");
   GB_REQUIRE(std::set<std::string>(members.begin(), members.end()).size() == members.size(), "--peers: a name is repeated");
   GB_REQUIRE(shard_count >= 1 && shard_count <= 4096, "--shards ", shard_count, ": must be 1..4096");
   GB_REQUIRE(contribution_timeout_s > 0 && failover_timeout_s > contribution_timeout_s,
              "--failover-timeout must exceed --contribution-timeout (got ", failover_timeout_s, " and ",
              contribution_timeout_s, ")");
   GB_REQUIRE(gc_window >= 2, "--gc-window ", gc_window, ": must be at least 2");
+  GB_REQUIRE(deadline_floor_s > 0, "--deadline-floor ", deadline_floor_s, ": must be > 0");
+  GB_REQUIRE(deadline_k >= 0, "--deadline-k ", deadline_k, ": must be >= 0");
+  GB_REQUIRE(heartbeat_interval_s >= 0 && stale_after_s > heartbeat_interval_s, "--stale-after ", stale_after_s,
+             ": must exceed --heartbeat-interval (", heartbeat_interval_s, ")");
+  GB_REQUIRE(checkpoint_failover_s > 0, "--checkpoint-failover ", checkpoint_failover_s, ": must be > 0");
+  GB_REQUIRE(keep_folder_checkpoints >= 1, "--keep-folder-checkpoints: must be >= 1");
 }
 
 std::unique_ptr<GradientExchange> make_folder_exchange(FolderExchangeConfig config) {

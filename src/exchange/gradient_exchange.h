@@ -5,7 +5,9 @@
 // No LibTorch and no protobuf here: the trainer includes this from torch translation units.
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <limits>
+#include <optional>
 #include <string>
 
 namespace gradbox::exchange {
@@ -16,17 +18,42 @@ struct LocalContribution {
   bool overflow = false;  // non-finite gradient: every replica skips the round
 };
 
+// The run's live control as one round's agreement settled it (Note [Live control]): every
+// replica switches to `json` (a LiveControl; "{}" = the flags) before computing round from_round.
+struct AgreedControl {
+  uint64_t version = 0;
+  uint64_t from_round = 0;
+  std::string json = "{}";
+};
+
 struct RoundResult {
   bool skip = false;        // some agreed contributor overflowed: nobody applies this round
   uint64_t tokens = 0;      // tokens behind the average
   double loss = std::numeric_limits<double>::quiet_NaN();  // token-weighted mean of contributors' losses
   int contributors = 0;
   double wait_seconds = 0;  // time blocked on peers and the folder
+  std::optional<AgreedControl> control;  // what this round's agreement says about live control
+  // This replica is not the agreed state (it diverged, or fell behind what the folder keeps):
+  // it must reload it (fetch_agreed_state) instead of applying this round.
+  bool resync = false;
+};
+
+// How a worker enters a run (GradientExchange::join).
+struct JoinPlan {
+  bool founder = false;  // the run is new and this worker is one of its founding members
+  std::optional<std::filesystem::path> checkpoint;  // the folder's state, fetched into the run folder
 };
 
 class GradientExchange {
  public:
   virtual ~GradientExchange() = default;
+  // Before the first round: finds the run, refuses a mismatched one, and fetches its newest
+  // state into run_dir when it is newer than local_step (the newest local checkpoint's step;
+  // -1 when there is none).
+  virtual JoinPlan join(const std::filesystem::path& run_dir, int64_t local_step) { return {true, std::nullopt}; }
+  // False when this worker only follows the round (it is catching up or waiting to be let in):
+  // its gradient is not needed.
+  virtual bool will_contribute(uint64_t round) const { return true; }
   // grad[0, n) holds this worker's mean gradient over `mine.tokens` tokens; on return it holds
   // the average every live replica applies for `round` (identical bytes on every replica).
   virtual RoundResult all_reduce(uint64_t round, float* grad, size_t n, const LocalContribution& mine) = 0;
@@ -34,6 +61,14 @@ class GradientExchange {
   virtual void after_update(uint64_t round, const float* params, size_t n) {}
   // A clean exit (end of run, Ctrl-C, SIGTERM): tell the peers this worker is gone.
   virtual void leave() {}
+  // A local checkpoint of `step` was written to `dir`: the exchange may publish it to the folder.
+  virtual void after_checkpoint(uint64_t step, const std::filesystem::path& dir, uint64_t tokens,
+                                uint64_t parameters_checksum) {}
+  // Blocks until the newest complete folder checkpoint is fetched into run_dir; returns its
+  // folder (nullopt when the exchange keeps no state, e.g. a network collective).
+  virtual std::optional<std::filesystem::path> fetch_agreed_state(const std::filesystem::path& run_dir) {
+    return std::nullopt;
+  }
   virtual std::string describe() const = 0;
 };
 

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -19,6 +20,35 @@ namespace fs = std::filesystem;
 int64_t unix_ms_now() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
+}
+
+// The newest manifest under dir/checkpoints that verifies. Any run's: status shows what is there.
+std::optional<CheckpointStatus> newest_checkpoint(const fs::path& dir, int64_t now) {
+  std::optional<CheckpointStatus> newest;
+  uint32_t newest_epoch = 0;
+  std::error_code ec;
+  for (fs::directory_iterator c(dir / "checkpoints", ec), end; !ec && c != end; c.increment(ec)) {
+    wire::FileHeader header;
+    try {
+      header = wire::read_wire_file(c->path() / "manifest.gbx").header;  // complete, or not counted
+    } catch (const std::exception&) {
+      continue;  // absent (still uploading) or damaged
+    }
+    if (!header.has_checkpoint_manifest()) continue;
+    const wire::CheckpointManifest& m = header.checkpoint_manifest();
+    // Newest step first, then the lowest epoch (the agreed publisher), then by name.
+    if (newest && std::make_tuple(m.step(), newest_epoch, newest->publisher) <=
+                      std::make_tuple(newest->step, m.epoch(), m.publisher()))
+      continue;
+    CheckpointStatus s;
+    s.step = m.step();
+    s.publisher = m.publisher();
+    for (const wire::CheckpointFile& f : m.files()) s.bytes += f.bytes();
+    s.age_s = static_cast<double>(now - header.created_unix_ms()) / 1000.0;
+    newest = s;
+    newest_epoch = m.epoch();
+  }
+  return newest;
 }
 
 }  // namespace
@@ -51,7 +81,8 @@ RunStatus read_run_status(const fs::path& dir, double stale_after_s, const fs::p
     MemberStatus m;
     m.worker = worker;
     m.age_s = static_cast<double>(now - header.created_unix_ms()) / 1000.0;
-    m.state = hb.state() == "left" ? "left" : m.age_s > stale_after_s ? "stale" : "live";
+    // Fresh beats keep their own word: "joining" (catching up), "ready" (waiting to be let in), "live".
+    m.state = hb.state() == "left" ? "left" : m.age_s > stale_after_s ? "stale" : hb.state().empty() ? "live" : hb.state();
     m.applied_round = hb.applied_round();
     m.tokens_per_second = hb.tokens_per_second();
     m.last_loss = hb.last_loss();
@@ -65,6 +96,7 @@ RunStatus read_run_status(const fs::path& dir, double stale_after_s, const fs::p
     if (std::sscanf(r->path().filename().c_str(), "r%llu", &round) == 1)
       status.newest_round = std::max<uint64_t>(status.newest_round, round);
   }
+  status.checkpoint = newest_checkpoint(dir, now);
   if (!local.empty() && fs::exists(local / "syncer" / "stats.json")) {
     const nlohmann::json stats = nlohmann::json::parse(read_file(local / "syncer" / "stats.json"), nullptr, false);
     if (stats.is_object() && stats.contains("quarantined_files"))
@@ -77,11 +109,11 @@ RunStatus read_run_status(const fs::path& dir, double stale_after_s, const fs::p
 std::string format_run_status(const RunStatus& status) {
   std::string out;
   char line[256];
-  std::snprintf(line, sizeof line, "%-12s %-6s %8s %9s %10s %9s %22s\n", "worker", "state", "round", "age s",
+  std::snprintf(line, sizeof line, "%-12s %-7s %8s %9s %10s %9s %22s\n", "worker", "state", "round", "age s",
                 "tok/s", "loss", "uploaded 24h / cap");
   out += line;
   for (const MemberStatus& m : status.members) {
-    std::snprintf(line, sizeof line, "%-12s %-6s %8llu %9.1f %10.0f %9.4f %10.2f GB (%5.2f%%)\n", m.worker.c_str(),
+    std::snprintf(line, sizeof line, "%-12s %-7s %8llu %9.1f %10.0f %9.4f %10.2f GB (%5.2f%%)\n", m.worker.c_str(),
                   m.state.c_str(), static_cast<unsigned long long>(m.applied_round), m.age_s, m.tokens_per_second,
                   m.last_loss, static_cast<double>(m.bytes_uploaded_24h) / 1e9,
                   100.0 * static_cast<double>(m.bytes_uploaded_24h) / static_cast<double>(kDailyUploadCap));
@@ -89,6 +121,14 @@ std::string format_run_status(const RunStatus& status) {
   }
   if (status.members.empty()) out += "(no heartbeats yet)\n";
   out += "newest round folder: " + (status.newest_round ? std::to_string(status.newest_round) : std::string("none")) + "\n";
+  if (status.checkpoint) {
+    std::snprintf(line, sizeof line, "checkpoint: step %llu by %s (%.1f MB, %.0f s ago)\n",
+                  static_cast<unsigned long long>(status.checkpoint->step), status.checkpoint->publisher.c_str(),
+                  static_cast<double>(status.checkpoint->bytes) / 1e6, status.checkpoint->age_s);
+    out += line;
+  } else {
+    out += "checkpoint: none\n";
+  }
   for (const std::string& u : status.unreadable) out += "unreadable heartbeat: " + u + "\n";
   out += "quarantined files: " + std::to_string(status.quarantined.size()) + "\n";
   for (const std::string& q : status.quarantined) out += "  " + q + "\n";

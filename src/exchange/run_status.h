@@ -3,6 +3,7 @@
 // syncer's local mirror of it), classified live / stale / left. Torch- and protobuf-free header.
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,7 +14,7 @@ inline constexpr uint64_t kDailyUploadCap = 750ull * 1000 * 1000 * 1000;
 
 struct MemberStatus {
   std::string worker;
-  std::string state;  // "live", "stale" (no heartbeat for stale_after_s) or "left"
+  std::string state;  // "live", "joining", "ready", "stale" (no heartbeat for stale_after_s) or "left"
   uint64_t applied_round = 0;
   double age_s = 0;   // since its newest heartbeat was written (writer's clock)
   double tokens_per_second = 0;
@@ -23,11 +24,21 @@ struct MemberStatus {
   std::string run_id;
 };
 
+// The newest checkpoint manifest that verifies (Note [Folder checkpoints]); its parts may
+// still be on their way to a mirror, where they are fetched on demand.
+struct CheckpointStatus {
+  uint64_t step = 0;
+  std::string publisher;
+  uint64_t bytes = 0;  // total of its files
+  double age_s = 0;    // since the manifest was written (writer's clock)
+};
+
 struct RunStatus {
   std::vector<MemberStatus> members;        // sorted by worker
   std::vector<std::string> unreadable;      // heartbeat files that did not verify (still arriving?)
   uint64_t newest_round = 0;                // newest round folder present
   std::vector<std::string> quarantined;     // from <local>/syncer/stats.json, when given
+  std::optional<CheckpointStatus> checkpoint;
 };
 
 // `dir` is the shared folder or a local mirror (<local>/inbox); `local` (optional) a worker's

@@ -28,8 +28,8 @@ namespace {
 struct Flags {
   std::string shared, local, worker = "worker", backend = "mounted", rclone = "rclone", log_level = "info";
   int poll_ms = 500, jobs = 2, max_attempts = 5;
-  double quarantine_after_s = 900;
-  std::string on_demand_prefix;
+  double quarantine_after_s = 900, control_refresh_s = 5;
+  std::vector<std::string> on_demand_prefixes;
   pid_t parent_pid = 0;
   bool once = false;
   SimOptions sim;
@@ -146,8 +146,12 @@ int main(int argc, char** argv) {
   app.add_option("--jobs", f.jobs, "Concurrent transfers")->check(CLI::Range(1, 64));
   app.add_option("--max-attempts", f.max_attempts, "Downloads of a corrupt file before quarantine")->check(CLI::Range(1, 1000));
   app.add_option("--quarantine-after-s", f.quarantine_after_s, "Quarantine a file incomplete this long")->check(CLI::PositiveNumber);
-  app.add_option("--on-demand-prefix", f.on_demand_prefix,
-                 "Fetch files named with this prefix only when <local>/requests/<path> exists");
+  // One value per occurrence, so a prefix cannot swallow the next argument.
+  app.add_option("--on-demand-prefix", f.on_demand_prefixes,
+                 "Fetch files named with this prefix only when <local>/requests/<path> exists (repeatable)")
+      ->allow_extra_args(false);
+  app.add_option("--control-refresh-s", f.control_refresh_s,
+                 "Download control.json at least this often (an edit can keep its size)")->check(CLI::NonNegativeNumber);
   app.add_option("--parent-pid", f.parent_pid, "Exit (after a final upload pass) when this process is gone")->check(CLI::PositiveNumber);
   app.add_flag("--once", f.once, "One full pass (upload, delete, download), then exit");
   app.add_option("--rclone", f.rclone, "rclone binary");
@@ -173,12 +177,15 @@ int main(int argc, char** argv) {
     log::setup(log::parse_level(f.log_level));
     GB_REQUIRE(f.sim.delay_p90_ms >= f.sim.delay_median_ms, "--sim-delay-p90-ms (", f.sim.delay_p90_ms,
                ") must be >= --sim-delay-median-ms (", f.sim.delay_median_ms, ")");
+    for (const auto& prefix : f.on_demand_prefixes)
+      GB_REQUIRE(!prefix.empty(), "--on-demand-prefix: an empty prefix would hold back every file");
     GB_REQUIRE(f.parent_pid == 0 || !process_gone(f.parent_pid), "--parent-pid: process ", f.parent_pid, " does not exist");
     check_local(f.local);
     auto backend = make_backend(f);
     if (f.parent_pid > 0 && ::getppid() == f.parent_pid) ::prctl(PR_SET_PDEATHSIG, SIGTERM);
     SyncerOptions options{f.local, f.worker, f.max_attempts, f.quarantine_after_s};
-    options.on_demand_prefix = f.on_demand_prefix;
+    options.on_demand_prefixes = f.on_demand_prefixes;
+    options.control_refresh_s = f.control_refresh_s;
     Syncer syncer(std::move(backend), options);
     log::Logger("syncer").info(str("worker ", f.worker, ": ", syncer.backend().name(), " ", f.shared, " <-> ", f.local,
                                    f.once ? " (one pass)" : str(", polling every ", f.poll_ms, " ms, ", f.jobs, " jobs")));

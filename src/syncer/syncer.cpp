@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include "common/atomic_file.h"
+#include "common/checksum.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "wire/envelope.h"
@@ -37,6 +38,34 @@ std::vector<std::string> scan(const fs::path& dir) {
     if (it->is_regular_file(fec)) out.push_back(it->path().lexically_relative(dir).generic_string());  // no stat: the file may be gone
   }
   return out;
+}
+
+// Removes a temp file on every exit path (a failed transfer included).
+struct TempGuard {
+  fs::path p;
+  ~TempGuard() {
+    std::error_code ec;
+    fs::remove(p, ec);
+  }
+};
+
+// Why text is not a JSON object, or "" when it is. Never throws: the text is hand-edited.
+std::string json_object_problem(const std::string& text) {
+  try {
+    const nlohmann::json j = nlohmann::json::parse(text);
+    return j.is_object() ? "" : str("a JSON ", j.type_name(), ", not an object");
+  } catch (const nlohmann::json::exception& e) {
+    return str("not valid JSON: ", e.what());
+  }
+}
+
+bool is_control_file(const std::string& rel) { return rel == kControlFile; }
+
+bool is_on_demand(const std::string& rel, const std::vector<std::string>& prefixes) {
+  const std::string name = fs::path(rel).filename().string();
+  for (const auto& prefix : prefixes)
+    if (!prefix.empty() && name.starts_with(prefix)) return true;
+  return false;
 }
 
 void fsync_file(const fs::path& path) {
@@ -73,6 +102,10 @@ nlohmann::json SyncerStats::to_json() const {
           {"quarantined", quarantined},
           {"upload_conflicts", upload_conflicts},
           {"transfer_errors", transfer_errors},
+          {"control_updates", control_updates},
+          {"control_rejected", control_rejected},
+          {"passes", passes},
+          {"settled_passes", settled_passes},
           {"quarantined_files", files},
           {"sim_faults", nlohmann::json(sim_faults)}};
 }
@@ -91,6 +124,15 @@ bool Syncer::try_begin(const std::string& rel) { return in_flight_.insert(rel).s
 void Syncer::end(const std::string& rel) {
   std::lock_guard lock(mutex_);
   in_flight_.erase(rel);
+  auto pass = pass_of_.find(rel);
+  if (pass == pass_of_.end()) return;
+  --outstanding_[pass->second];
+  pass_of_.erase(pass);
+  while (!outstanding_.empty() && outstanding_.begin()->second == 0) {
+    stats_.settled_passes = outstanding_.begin()->first;
+    outstanding_.erase(outstanding_.begin());
+    changed();
+  }
 }
 
 void Syncer::changed() { ++version_; }
@@ -104,7 +146,8 @@ std::vector<Task> Syncer::plan_uploads() {
   std::vector<std::string> files = scan(outbox_);
   std::lock_guard lock(mutex_);
   for (const auto& rel : files) {
-    if (is_temp_name(rel) || ends_with(rel, ".sent")) continue;
+    // control.json is the operator's, edited in place in the shared folder: never overwritten.
+    if (is_temp_name(rel) || ends_with(rel, ".sent") || is_control_file(rel)) continue;
     own_.insert(rel);
     if (conflicts_.count(rel) || path_exists(outbox_ / (rel + ".sent"))) continue;
     if (try_begin(rel)) tasks.push_back({Task::Kind::upload, rel, 0});
@@ -119,6 +162,7 @@ std::vector<Task> Syncer::plan_removals() {
   for (const auto& marker : files) {
     if (is_temp_name(marker) || !ends_with(marker, ".sent")) continue;
     std::string rel = marker.substr(0, marker.size() - 5);
+    if (is_control_file(rel)) continue;  // never deleted: it is not ours
     own_.insert(rel);
     if (path_exists(outbox_ / rel)) continue;
     if (try_begin(rel)) tasks.push_back({Task::Kind::remove, rel, 0});
@@ -144,17 +188,26 @@ std::vector<Task> Syncer::plan_downloads() {
   std::vector<std::pair<std::string, std::string>> expired;  // placeholders past the deadline
   {
     std::lock_guard lock(mutex_);
+    auto control = entries.find(kControlFile);
+    if (control == entries.end()) {
+      // Gone (or a lagging listing): the inbox copy stays; fetched at once when it is back.
+      control_size_.reset();
+      control_fetched_.reset();
+    } else {
+      const auto now = options_.now();
+      const bool due = control_size_ != control->second || !control_fetched_ ||
+                       now - *control_fetched_ >= std::chrono::duration<double>(options_.control_refresh_s);
+      if (due && try_begin(kControlFile)) tasks.push_back({Task::Kind::control, kControlFile, control->second});
+    }
     for (const auto& [rel, size] : entries) {
+      if (is_control_file(rel)) continue;
       if (is_temp_name(rel) || is_hidden_name(rel) || done_.count(rel) || is_own(rel)) continue;
       if (path_exists(inbox_ / (rel + ".flag")) || path_exists(quarantine_ / rel)) {
         done_.insert(rel);  // flagged or quarantined by an earlier run
         continue;
       }
       if (in_flight_.count(rel)) continue;
-      if (!options_.on_demand_prefix.empty() &&
-          fs::path(rel).filename().string().starts_with(options_.on_demand_prefix) &&
-          !path_exists(options_.local / "requests" / rel))
-        continue;
+      if (is_on_demand(rel, options_.on_demand_prefixes) && !path_exists(options_.local / "requests" / rel)) continue;
       if (size == 0) {  // a placeholder: not worth a download
         DownloadState& st = downloads_[rel];
         if (!st.placeholder_counted) {
@@ -172,6 +225,18 @@ std::vector<Task> Syncer::plan_downloads() {
     }
   }
   for (const auto& [rel, reason] : expired) quarantine(rel, reason, {});
+  {
+    std::lock_guard lock(mutex_);
+    ++stats_.passes;
+    // Settled once every download planned by this pass (and the earlier ones) has been tried:
+    // the worker waits for that before deciding whether a run exists.
+    int downloads = 0;
+    for (const Task& t : tasks)
+      if (t.kind == Task::Kind::download) pass_of_[t.rel] = stats_.passes, ++downloads;
+    if (downloads == 0 && outstanding_.empty()) stats_.settled_passes = stats_.passes;
+    else outstanding_[stats_.passes] = downloads;
+    changed();
+  }
   return tasks;
 }
 
@@ -181,10 +246,11 @@ void Syncer::execute(const Task& task) {
       case Task::Kind::upload: do_upload(task.rel); break;
       case Task::Kind::remove: do_remove(task.rel); break;
       case Task::Kind::download: do_download(task.rel); break;
+      case Task::Kind::control: do_control_download(task); break;
     }
   } catch (const std::exception& e) {
     // Backend failures and local I/O errors alike: counted, logged, retried on a later poll.
-    logger().warn(str(task.kind == Task::Kind::download ? "download of " : task.kind == Task::Kind::upload ? "upload of " : "deletion of ",
+    logger().warn(str(task.kind == Task::Kind::upload ? "upload of " : task.kind == Task::Kind::remove ? "deletion of " : "download of ",
                       task.rel, " failed (retrying later): ", e.what()));
     std::lock_guard lock(mutex_);
     ++stats_.transfer_errors;
@@ -261,13 +327,7 @@ void Syncer::do_download(const std::string& rel) {
       changed();
     }
   }
-  struct TempGuard {
-    fs::path p;
-    ~TempGuard() {
-      std::error_code ec;
-      fs::remove(p, ec);
-    }
-  } guard{tmp};
+  TempGuard guard{tmp};
   backend_->download(rel, tmp);
   std::error_code ec;
   uint64_t size = fs::file_size(tmp, ec);
@@ -331,6 +391,41 @@ void Syncer::do_download(const std::string& rel) {
       return;
     }
   }
+}
+
+void Syncer::do_control_download(const Task& task) {
+  const fs::path final_path = inbox_ / kControlFile;
+  const fs::path tmp = inbox_ / str(kControlFile, ".tmp.", ::getpid());
+  TempGuard guard{tmp};
+  backend_->download(task.rel, tmp);
+  const std::string text = read_file(tmp);
+  const std::string problem = json_object_problem(text);
+  std::optional<std::string> current;
+  if (path_exists(final_path)) current = read_file(final_path);
+  const bool update = problem.empty() && current != text;
+  if (update) {
+    fsync_file(tmp);
+    fs::rename(tmp, final_path);
+    fsync_dir(inbox_);
+  }
+  bool warn = false;
+  {
+    std::lock_guard lock(mutex_);
+    stats_.bytes_downloaded += text.size();
+    control_size_ = task.listed_size;
+    control_fetched_ = options_.now();
+    if (update) ++stats_.control_updates;
+    // A broken edit stays broken for many refreshes: one warning and one count per content.
+    if (!problem.empty() && control_rejected_.insert(checksum64(text.data(), text.size())).second) {
+      ++stats_.control_rejected;
+      warn = true;
+    }
+    changed();
+  }
+  if (update) logger().info(str("new ", kControlFile, " (", text.size(), " bytes) in the inbox"));
+  if (warn)
+    logger().warn(str("ignoring ", kControlFile, " in the shared folder (", problem,
+                      "): the previous copy stays until it is fixed"));
 }
 
 void Syncer::quarantine(const std::string& rel, const std::string& reason, const fs::path& bad_bytes) {

@@ -10,6 +10,12 @@
 //                             in this process's lifetime, nor when its .flag exists.
 //   LOCAL/quarantine/<rel>    bytes that never verified: unsupported at once, corrupt after
 //                             max_attempts, incomplete past quarantine_after. Never retried.
+//   LOCAL/inbox/control.json  SHARED/control.json, the run's control file: the one shared file
+//                             edited in place (by hand), so it is not verified, flagged or
+//                             quarantined. Downloaded when its listed size changes and every
+//                             control_refresh_s, and renamed over the old copy (atomically) only
+//                             when it parses as a JSON object and its bytes differ. Kept when it
+//                             leaves the listing. Never uploaded nor deleted by the syncer.
 //   LOCAL/syncer/stats.json   counters, rewritten atomically when they change.
 //
 // The engine is driven in steps so tests are deterministic: plan_*() pick the work of one poll
@@ -37,9 +43,12 @@ struct SyncerOptions {
   std::string worker = "worker";
   int max_attempts = 5;             // downloads of a corrupt file before quarantine
   double quarantine_after_s = 900;  // a file incomplete this long is quarantined
-  // Files whose name starts with this are fetched only once the worker asks for them by
-  // creating <local>/requests/<rel> (sharded exchange: only a shard's owner needs its parts).
-  std::string on_demand_prefix = {};
+  // Files whose name starts with one of these are fetched only once the worker asks for them by
+  // creating <local>/requests/<rel> (sharded exchange: only a shard's owner needs its
+  // contributions; checkpoint parts only when restoring).
+  std::vector<std::string> on_demand_prefixes = {};
+  // control.json is re-downloaded at least this often: an edit can keep its size.
+  double control_refresh_s = 5;
   // The clock for incomplete deadlines (tests inject one).
   std::function<std::chrono::steady_clock::time_point()> now = [] { return std::chrono::steady_clock::now(); };
 };
@@ -63,13 +72,17 @@ struct SyncerStats {
   uint64_t quarantined = 0;
   uint64_t upload_conflicts = 0;   // shared name taken by different bytes: not uploaded
   uint64_t transfer_errors = 0;    // backend calls that failed (retried later)
+  uint64_t control_updates = 0;    // new control.json contents put in the inbox
+  uint64_t control_rejected = 0;   // distinct control.json contents that were not a JSON object
+  uint64_t passes = 0;             // listings of the shared folder planned: >= 1 once it was seen
+  uint64_t settled_passes = 0;     // newest pass whose downloads (and every earlier pass's) were all tried
   std::vector<QuarantinedFile> quarantined_files;
   std::map<std::string, uint64_t> sim_faults;
   nlohmann::json to_json() const;
 };
 
 struct Task {
-  enum class Kind { upload, remove, download };
+  enum class Kind { upload, remove, download, control };  // control: fetch control.json
   Kind kind;
   std::string rel;
   uint64_t listed_size = 0;  // download: the size the listing reported
@@ -111,6 +124,7 @@ class Syncer {
   void do_upload(const std::string& rel);
   void do_remove(const std::string& rel);
   void do_download(const std::string& rel);
+  void do_control_download(const Task& task);
   // Returns true when the file is given up on (quarantined).
   bool note_incomplete(const std::string& rel, const std::string& reason, const std::string& bad_bytes_path);
   void quarantine(const std::string& rel, const std::string& reason, const fs::path& bad_bytes);
@@ -122,15 +136,24 @@ class Syncer {
 
   mutable std::mutex mutex_;
   std::set<std::string> in_flight_;
+  std::map<std::string, uint64_t> pass_of_;  // download in flight -> the pass that planned it
+  std::map<uint64_t, int> outstanding_;      // pass -> downloads not yet tried
   std::set<std::string> done_;      // flagged or quarantined in this lifetime: never again
   std::set<std::string> own_;       // ever in our outbox in this lifetime: never downloaded
   std::set<std::string> conflicts_; // upload refused (name taken); logged once
   std::unordered_map<std::string, DownloadState> downloads_;
+  // control.json as last fetched: its listed size and when (unset: fetch at the next listing).
+  std::optional<uint64_t> control_size_;
+  std::optional<std::chrono::steady_clock::time_point> control_fetched_;
+  std::set<uint64_t> control_rejected_;  // checksums of rejected contents: warned about once
   SyncerStats stats_;
   uint64_t version_ = 0;
   std::string last_stats_;
   std::chrono::steady_clock::time_point last_stats_write_{};
 };
+
+// The shared folder's control file (at its root) and its inbox copy; see the contract above.
+inline constexpr const char* kControlFile = "control.json";
 
 // Name filters of the contract.
 bool is_temp_name(const std::string& rel);    // contains ".tmp"

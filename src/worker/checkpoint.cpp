@@ -77,7 +77,8 @@ fs::path save_checkpoint(const fs::path& run_dir, const CheckpointState& state, 
                                      {"tokens", state.tokens},
                                      {"optimizer_step", state.optimizer_step},
                                      {"model_config", state.model_config},
-                                     {"train_config", state.train_config}};
+                                     {"train_config", state.train_config},
+                                     {"control", state.control}};
   write_file_atomic(temp_dir / "state.json", state_json.dump(2));
 
   nlohmann::json files = nlohmann::json::object();
@@ -149,6 +150,7 @@ CheckpointData load_checkpoint(const fs::path& run_or_checkpoint) {
     data.state.optimizer_step = state.at("optimizer_step").get<int64_t>();
     data.state.model_config = state.at("model_config");
     data.state.train_config = state.at("train_config");
+    data.state.control = state.value("control", nlohmann::json::object());
   } catch (const nlohmann::json::exception& e) {
     throw InputError(str(state_path.string(), ": ", e.what()));
   }

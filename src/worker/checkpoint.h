@@ -31,6 +31,7 @@ struct CheckpointState {
   int64_t optimizer_step = 0;
   nlohmann::json model_config;
   nlohmann::json train_config;
+  nlohmann::json control = nlohmann::json::object();  // live control in effect (folder_exchange.h)
 };
 
 struct CheckpointData {

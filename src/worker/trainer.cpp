@@ -104,22 +104,9 @@ Trainer::Trainer(TrainConfig config) : config_(std::move(config)) {
       *flat_, OptimizerHyper{config_.optimizer, config_.beta1, config_.beta2, config_.eps});
   schedule_ = LrSchedule{config_.lr, config_.min_lr, config_.warmup_steps, config_.max_steps};
 
+  flags_ = config_;
   std::filesystem::create_directories(config_.out_dir);
-  if (std::optional<std::filesystem::path> latest = find_latest_checkpoint(config_.out_dir)) {
-    CheckpointData ckpt = load_checkpoint(*latest);
-    GB_REQUIRE(identity(ckpt.state.model_config) == identity(mc.to_json()), "--model ", config_.model, ": run folder ",
-               config_.out_dir.string(), " holds a checkpoint of a different model (", latest->string(),
-               "); use another --out or the same model");
-    restore_parameters(ckpt, *flat_, *latest);
-    torch::NoGradGuard no_grad;
-    optimizer_->exp_avg().copy_(ckpt.exp_avg);
-    optimizer_->exp_avg_sq().copy_(ckpt.exp_avg_sq);
-    optimizer_->set_step_count(ckpt.state.optimizer_step);
-    step_ = ckpt.state.step;
-    tokens_ = ckpt.state.tokens;
-    restore_rng(ckpt);  // last: model construction above consumed random numbers
-    logger().info(str("resumed from ", latest->string(), " at step ", step_));
-  }
+  if (std::optional<std::filesystem::path> latest = find_latest_checkpoint(config_.out_dir)) restore(*latest, mc);
 
   // Each worker draws from its own stream: no coordination of data is needed.
   const std::string stream = config_.worker.empty() ? "train" : "train/" + config_.worker;
@@ -137,6 +124,50 @@ Trainer::Trainer(TrainConfig config) : config_(std::move(config)) {
   copy_tokenizer(config_.data_dir, config_.out_dir);
   logger().info(str("config: ", config_.to_json().dump()));
   logger().info(str("model: ", mc.to_json().dump(), " (", flat_->numel(), " parameters)"));
+}
+
+void Trainer::restore(const std::filesystem::path& dir, const model::ModelConfig& mc) {
+  CheckpointData ckpt = load_checkpoint(dir);
+  GB_REQUIRE(identity(ckpt.state.model_config) == identity(mc.to_json()), "--model ", config_.model, ": run folder ",
+             config_.out_dir.string(), " holds a checkpoint of a different model (", dir.string(),
+             "); use another --out or the same model");
+  restore_parameters(ckpt, *flat_, dir);
+  {
+    torch::NoGradGuard no_grad;
+    optimizer_->exp_avg().copy_(ckpt.exp_avg);
+    optimizer_->exp_avg_sq().copy_(ckpt.exp_avg_sq);
+  }
+  optimizer_->set_step_count(ckpt.state.optimizer_step);
+  step_ = ckpt.state.step;
+  tokens_ = ckpt.state.tokens;
+  restore_rng(ckpt);  // last: model construction above consumed random numbers
+  pending_controls_.clear();
+  apply_control(ckpt.state.control.dump(), "from the checkpoint");
+  logger().info(str("resumed from ", dir.string(), " at step ", step_));
+}
+
+void Trainer::apply_control(const std::string& json, const char* why) {
+  const exchange::LiveControl before = exchange::LiveControl::parse(control_json_, "live control");
+  const exchange::LiveControl after = exchange::LiveControl::parse(json, "live control");
+  control_json_ = after.to_json().dump();
+  config_.micro_batch = after.micro_batch.value_or(flags_.micro_batch);
+  config_.grad_accum = after.grad_accum.value_or(flags_.grad_accum);
+  config_.weight_decay = after.weight_decay.value_or(flags_.weight_decay);
+  config_.dropout = after.dropout.value_or(flags_.dropout);
+  lr_multiplier_ = after.lr_multiplier.value_or(1.0);
+  model_->set_dropout(config_.dropout);
+  if (!(before == after))
+    logger().info(str("step ", step_ + 1, ": live control ", why, ": ", exchange::describe_change(before, after)));
+}
+
+// Every replica switches at the control's from_round, before computing that round.
+void Trainer::apply_due_control(uint64_t round) {
+  std::optional<exchange::AgreedControl> due;
+  for (auto it = pending_controls_.begin(); it != pending_controls_.end() && it->first <= round;)
+    due = it->second, it = pending_controls_.erase(it);
+  if (!due || due->json == control_json_) return;
+  apply_control(due->json, str("version ", due->version, " from round ", due->from_round).c_str());
+  metrics_->write({{"step", step_ + 1}, {"control", nlohmann::json::parse(control_json_)}});
 }
 
 Trainer::LocalGradient Trainer::compute_gradient(const BatchSampler& sampler, int64_t micro_batch) {
@@ -196,8 +227,13 @@ void Trainer::skip_step(const char* why) {
 
 double Trainer::train_step(double lr) {
   model_->train();
-  const LocalGradient local = emulated_.empty() ? compute_gradient(*train_sampler_, config_.micro_batch)
-                                                : emulated_gradient();
+  const uint64_t round = static_cast<uint64_t>(step_ + 1);
+  apply_due_control(round);
+  // A follower (joining, catching up) only applies the agreed average: no gradient needed.
+  const bool contributes = !exchange_ || overlap_ || exchange_->will_contribute(round);
+  LocalGradient local;
+  if (!contributes) flat_->zero_grad();
+  else local = emulated_.empty() ? compute_gradient(*train_sampler_, config_.micro_batch) : emulated_gradient();
   if (!exchange_) {
     tokens_ += static_cast<int64_t>(local.tokens);
     apply_gradient(lr, loss_scale_);
@@ -209,7 +245,6 @@ double Trainer::train_step(double lr) {
   const bool overflow = !std::isfinite(gradient_norm(*flat_));
   if (!overflow && loss_scale_ != 1.0) grads.div_(loss_scale_);
   const exchange::LocalContribution mine{local.tokens, local.loss, overflow};
-  const uint64_t round = static_cast<uint64_t>(step_ + 1);
 
   if (!overlap_) {
     const bool on_host = grads.device().is_cpu();
@@ -228,6 +263,7 @@ double Trainer::train_step(double lr) {
   send = grads.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true);
   if (previous) grads.copy_(exchange_buffers_[(round + 1) % 2]);
   const double loss = previous ? apply_round(*previous, round - 1, lr) : local.loss;
+  if (reloaded_) return loss;  // this step's gradient belongs to the abandoned state
   pending_round_ = std::async(std::launch::async, [this, round, mine, &send] {
     return exchange_->all_reduce(round, send.data_ptr<float>(), static_cast<size_t>(send.numel()), mine);
   });
@@ -240,6 +276,11 @@ std::optional<exchange::RoundResult> Trainer::finish_pending_round() {
 }
 
 double Trainer::apply_round(const exchange::RoundResult& result, uint64_t round, double lr) {
+  if (result.resync) {
+    reload_agreed_state();
+    return std::numeric_limits<double>::quiet_NaN();
+  }
+  if (result.control) pending_controls_[result.control->from_round] = *result.control;
   tokens_ += static_cast<int64_t>(result.tokens);
   if (result.skip) {
     // Some worker of the agreed set overflowed: every replica skips this round together.
@@ -263,7 +304,7 @@ bool Trainer::apply_gradient(double lr, double grad_scale) {
   }
   const double norm = scaled_norm / grad_scale;
   const double clip = (config_.grad_clip > 0 && norm > config_.grad_clip) ? config_.grad_clip / (norm + 1e-6) : 1.0;
-  optimizer_->step(lr, config_.weight_decay, clip / grad_scale);
+  optimizer_->step(lr * lr_multiplier_, config_.weight_decay, clip / grad_scale);
   if (runtime_.precision == Precision::fp16 && ++good_steps_ % 2000 == 0) loss_scale_ *= 2.0;
   last_grad_norm_ = norm;
   return true;
@@ -303,6 +344,19 @@ double Trainer::evaluate() {
   return total / static_cast<double>(config_.eval_batches);
 }
 
+void Trainer::reload_agreed_state() {
+  std::optional<std::filesystem::path> dir = exchange_->fetch_agreed_state(config_.out_dir);
+  GB_CHECK(dir.has_value(), "the exchange has no agreed state to reload");
+  // Local checkpoints past the agreed state hold the abandoned one: a restart must not resume them.
+  for (const auto& entry : std::filesystem::directory_iterator(checkpoint_root(config_.out_dir))) {
+    const std::string name = entry.path().filename().string();  // step_%08d: name order is step order
+    if (name.starts_with("step_") && name.find('.') == std::string::npos && name > dir->filename().string())
+      std::filesystem::remove_all(entry.path());
+  }
+  restore(*dir, model_->config());
+  reloaded_ = true;
+}
+
 std::filesystem::path Trainer::checkpoint() {
   const auto start = Clock::now();
   CheckpointState state;
@@ -311,8 +365,14 @@ std::filesystem::path Trainer::checkpoint() {
   state.optimizer_step = optimizer_->step_count();
   state.model_config = model_->config().to_json();
   state.train_config = config_.to_json();
+  state.control = nlohmann::json::parse(control_json_);
   std::filesystem::path dir = save_checkpoint(config_.out_dir, state, *flat_, optimizer_->exp_avg(), optimizer_->exp_avg_sq());
   prune_checkpoints(config_.out_dir, config_.keep_checkpoints);
+  if (exchange_) {
+    torch::Tensor params = flat_->params().device().is_cpu() ? flat_->params() : flat_->params().to(torch::kCPU);
+    exchange_->after_checkpoint(static_cast<uint64_t>(step_), dir, static_cast<uint64_t>(tokens_),
+                                checksum64(params.data_ptr<float>(), static_cast<size_t>(params.numel()) * sizeof(float)));
+  }
   logger().info(str("checkpoint ", dir.string(), " written in ", format_number(seconds_since(start), "%.2f"), " s"));
   return dir;
 }
@@ -343,6 +403,10 @@ TrainSummary Trainer::run(const StopPredicate& should_stop) {
     const auto start = Clock::now();
     const int64_t tokens_before = tokens_;
     const double loss = train_step(lr);
+    if (reloaded_) {  // the step went back to the agreed state's
+      reloaded_ = false;
+      continue;
+    }
     const int64_t step_tokens = tokens_ - tokens_before;  // all workers' when exchanging
     ++step_;
     const double seconds = seconds_since(start);

@@ -10,6 +10,7 @@
 
 #include "data/token_dataset.h"
 #include "exchange/gradient_exchange.h"
+#include "exchange/live_control.h"
 #include "model/causal_lm.h"
 #include "worker/batch_sampler.h"
 #include "worker/flat_parameters.h"
@@ -55,6 +56,10 @@ class Trainer {
   // is the previous round's average (one step late), and the last one is applied at the end.
   void attach_exchange(std::unique_ptr<exchange::GradientExchange> exchange, bool overlap = false);
   double evaluate();  // mean validation loss over the fixed eval batches
+  // Continues from a checkpoint folder (one fetched from a shared folder when joining a run).
+  void resume_from(const std::filesystem::path& dir) { restore(dir, model_->config()); }
+  // Writes a checkpoint of the current step now (a founder's initial weights, step 0).
+  std::filesystem::path checkpoint_now() { return checkpoint(); }
 
   model::CausalLM& model() { return *model_; }
   FlatParameters& flat() { return *flat_; }
@@ -78,6 +83,13 @@ class Trainer {
   std::optional<exchange::RoundResult> finish_pending_round();
   void drain_exchange(double lr);  // overlap: wait for the last round and apply it
   std::filesystem::path checkpoint();
+  // Parameters, moments, step and live control from a checkpoint folder (resume, join, repair).
+  void restore(const std::filesystem::path& dir, const model::ModelConfig& mc);
+  // Live control (Note [Live control] in folder_exchange.h): the flags are the base, the agreed
+  // control overrides them from its round on.
+  void apply_control(const std::string& json, const char* why);
+  void apply_due_control(uint64_t round);
+  void reload_agreed_state();
   void log_progress(double loss, double lr, double interval_seconds, int64_t interval_steps, int64_t interval_tokens);
 
   TrainConfig config_;
@@ -103,6 +115,11 @@ class Trainer {
   double loss_scale_ = 1.0;  // fp16 only: dynamic loss scaling
   int64_t good_steps_ = 0;
   double last_grad_norm_ = 0.0;
+  TrainConfig flags_;                                        // the values live control overrides
+  std::string control_json_ = "{}";                          // in effect now
+  std::map<uint64_t, exchange::AgreedControl> pending_controls_;  // by from_round
+  double lr_multiplier_ = 1.0;
+  bool reloaded_ = false;  // the last round reloaded the agreed state instead of stepping
 };
 
 }  // namespace gradbox::worker

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -56,7 +57,10 @@ class CliTest : public ::testing::Test {
     prepared_ = r.exit_code == 0;
     if (!prepared_) std::cerr << r.output;
   }
-  static void TearDownTestSuite() { fs::remove_all(root_); }
+  // GRADBOX_KEEP_TEST_DIRS=1 keeps the runs, logs and shared folders for a look after a failure.
+  static void TearDownTestSuite() {
+    if (!std::getenv("GRADBOX_KEEP_TEST_DIRS")) fs::remove_all(root_);
+  }
 
   void SetUp() override {
     if (!prepared_) GTEST_SKIP() << "fortunes text not installed or prepare failed (run scripts/setup.sh)";

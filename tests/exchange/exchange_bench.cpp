@@ -197,7 +197,7 @@ class SyncerThread {
     syncer::SyncerOptions options;
     options.local = local;
     options.worker = worker;
-    if (on_demand) options.on_demand_prefix = "g-";  // as `gradbox train` starts gradbox-sync for sharded
+    if (on_demand) options.on_demand_prefixes = {"g-"};  // as `gradbox train` starts gradbox-sync for sharded
     syncer_ = std::make_unique<syncer::Syncer>(std::make_unique<syncer::MountedBackend>(shared), options);
     thread_ = std::thread([this] {
       while (!stop_) {

@@ -137,6 +137,7 @@ TEST(SyncerProcess, ParentGoneMeansFinalUploadPassThenExit) {
                                 "--poll-ms", "3600000", "--parent-pid", std::to_string(sleeper)},
                                root / "w.log");
   ASSERT_TRUE(wait_until([&] { return fs::exists(root / "w" / "syncer" / "stats.json"); }, 10));
+  EXPECT_EQ(stats_of(root / "w")["passes"], 1);  // written at once, though the next poll is an hour away
   // Published after the first poll: only the final pass can upload it (the departure heartbeat).
   std::string bye = framed_file(99);
   fs::create_directories(root / "w" / "outbox" / "hb");
@@ -167,6 +168,17 @@ TEST(SyncerProcess, OncePassAndBadFlags) {
   EXPECT_EQ(once.exit_code, 0) << once.output;
   EXPECT_TRUE(fs::exists(root / "w" / "inbox" / "x.bin.flag"));
 
+  // --on-demand-prefix repeats (as `gradbox train` passes "g-" and "part-"); control.json is mirrored.
+  write_bytes(shared / "r" / "g-a.gbx", framed_file(6));
+  write_bytes(shared / "ckpt" / "part-0.gbx", framed_file(7));
+  write_bytes(shared / "r" / "c-a.gbx", framed_file(8));
+  write_bytes(shared / "control.json", R"({"micro_batch": 8})");
+  auto on_demand = run_process({kSync, "--once", "--shared", shared.string(), "--local", (root / "w2").string(),
+                                "--on-demand-prefix", "g-", "--on-demand-prefix", "part-", "--control-refresh-s", "0"}, 30);
+  EXPECT_EQ(on_demand.exit_code, 0) << on_demand.output;
+  EXPECT_EQ(files_under(root / "w2" / "inbox"), (std::vector<std::string>{"control.json", "r/c-a.gbx", "r/c-a.gbx.flag",
+                                                                          "x.bin", "x.bin.flag"}));
+
   struct Case {
     std::vector<std::string> args;
     std::string names;
@@ -178,6 +190,7 @@ TEST(SyncerProcess, OncePassAndBadFlags) {
       {{"--shared", shared.string(), "--local", (root / "w").string(), "--jobs", "0"}, "--jobs"},
       {{"--shared", shared.string(), "--local", (root / "w").string(), "--backend", "rclone"}, "--shared"},
       {{"--local", (root / "w").string()}, "--shared"},
+      {{"--shared", shared.string(), "--local", (root / "w").string(), "--on-demand-prefix", ""}, "--on-demand-prefix"},
   };
   for (const auto& c : cases) {
     std::vector<std::string> argv{kSync};

@@ -27,7 +27,14 @@ struct Fixture {
     fs::create_directories(shared);
     SyncerOptions o{local, "me", max_attempts, quarantine_after_s};
     o.now = [this] { return now; };
-    syncer = std::make_unique<Syncer>(std::make_unique<MountedBackend>(shared), o);
+    start(o);
+  }
+  // A new engine (a restart) with other options.
+  void start(const SyncerOptions& o) { syncer = std::make_unique<Syncer>(std::make_unique<MountedBackend>(shared), o); }
+  SyncerOptions options() {
+    SyncerOptions o{local, "me", 3, 60};
+    o.now = [this] { return now; };
+    return o;
   }
   nlohmann::json stats() { return nlohmann::json::parse(read_file(local / "syncer" / "stats.json")); }
 };
@@ -51,17 +58,157 @@ TEST(Syncer, CompleteFileIsVerifiedRenamedAndFlagged) {
 
 TEST(Syncer, OnDemandFilesWaitForARequest) {
   Fixture f("on_demand");
-  f.syncer.reset();
-  SyncerOptions o{f.local, "me", 3, 60};
-  o.on_demand_prefix = "g-";
-  f.syncer = std::make_unique<Syncer>(std::make_unique<MountedBackend>(f.shared), o);
+  SyncerOptions o = f.options();
+  o.on_demand_prefixes = {"g-", "part-"};  // as `gradbox train` starts gradbox-sync when sharded
+  f.start(o);
   write_bytes(f.shared / "r1" / "g-a-s0.gbx", framed_file(5));
   write_bytes(f.shared / "r1" / "c-s0.gbx", framed_file(6));
+  write_bytes(f.shared / "ckpt" / "part-0.gbx", framed_file(7));
+  write_bytes(f.shared / "ckpt" / "part-1.gbx", framed_file(8));
+  write_bytes(f.shared / "ckpt" / "manifest.gbx", framed_file(9));
   f.syncer->run_pass();
-  EXPECT_EQ(files_under(f.local / "inbox"), (std::vector<std::string>{"r1/c-s0.gbx", "r1/c-s0.gbx.flag"}));
+  EXPECT_EQ(files_under(f.local / "inbox"), (std::vector<std::string>{"ckpt/manifest.gbx", "ckpt/manifest.gbx.flag",
+                                                                      "r1/c-s0.gbx", "r1/c-s0.gbx.flag"}));
   write_bytes(f.local / "requests" / "r1" / "g-a-s0.gbx", "");
+  write_bytes(f.local / "requests" / "ckpt" / "part-1.gbx", "");
   f.syncer->run_pass();
   EXPECT_TRUE(fs::exists(f.local / "inbox" / "r1" / "g-a-s0.gbx.flag"));
+  EXPECT_TRUE(fs::exists(f.local / "inbox" / "ckpt" / "part-1.gbx.flag"));
+  EXPECT_FALSE(fs::exists(f.local / "inbox" / "ckpt" / "part-0.gbx"));  // not asked for
+  EXPECT_EQ(f.stats()["flagged"], 4);
+}
+
+TEST(Syncer, ControlFileIsMirroredWhenItAppearsOrChanges) {
+  Fixture f("control");  // control_refresh_s 5, on the fixture's clock
+  const fs::path mirrored = f.local / "inbox" / "control.json";
+  write_bytes(f.shared / "control.json", R"({"lr_multiplier": 0.5})");
+  f.syncer->run_pass();
+  EXPECT_EQ(read_file(mirrored), R"({"lr_multiplier": 0.5})");
+  EXPECT_EQ(files_under(f.local / "inbox"), std::vector<std::string>{"control.json"});  // no .flag, no temp
+  EXPECT_EQ(f.stats()["control_updates"], 1);
+  // A new size is fetched at the next pass.
+  write_bytes(f.shared / "control.json", R"({"lr_multiplier": 0.25})");
+  f.syncer->run_pass();
+  EXPECT_EQ(read_file(mirrored), R"({"lr_multiplier": 0.25})");
+  // The same size: only once control_refresh_s has passed.
+  write_bytes(f.shared / "control.json", R"({"lr_multiplier": 0.75})");
+  f.syncer->run_pass();
+  EXPECT_EQ(read_file(mirrored), R"({"lr_multiplier": 0.25})");
+  f.now += std::chrono::seconds(6);
+  f.syncer->run_pass();
+  EXPECT_EQ(read_file(mirrored), R"({"lr_multiplier": 0.75})");
+  EXPECT_EQ(f.stats()["control_updates"], 3);
+  // Refreshed with the same bytes: no update.
+  f.now += std::chrono::seconds(6);
+  f.syncer->run_pass();
+  EXPECT_EQ(f.stats()["control_updates"], 3);
+  // Gone from the shared folder: the last copy stays.
+  fs::remove(f.shared / "control.json");
+  f.syncer->run_pass();
+  EXPECT_EQ(read_file(mirrored), R"({"lr_multiplier": 0.75})");
+  EXPECT_EQ(f.stats()["control_rejected"], 0);
+}
+
+TEST(Syncer, EditInPlaceOfTheSameSizeIsMirroredWithRefreshZero) {
+  Fixture f("control_refresh");
+  SyncerOptions o = f.options();
+  o.control_refresh_s = 0;  // every pass fetches it
+  f.start(o);
+  write_bytes(f.shared / "control.json", R"({"micro_batch": 8})");
+  f.syncer->run_pass();
+  write_bytes(f.shared / "control.json", R"({"micro_batch": 4})");
+  f.syncer->run_pass();
+  EXPECT_EQ(read_file(f.local / "inbox" / "control.json"), R"({"micro_batch": 4})");
+  EXPECT_EQ(f.stats()["control_updates"], 2);
+}
+
+TEST(Syncer, BrokenControlFileKeepsTheOldCopyAndIsCountedOnce) {
+  Fixture f("control_broken");
+  SyncerOptions o = f.options();
+  o.control_refresh_s = 0;
+  f.start(o);
+  const fs::path mirrored = f.local / "inbox" / "control.json";
+  write_bytes(f.shared / "control.json", R"({"dropout": 0.1})");
+  f.syncer->run_pass();
+  write_bytes(f.shared / "control.json", R"({"dropout": 0.2)");  // a half-saved edit
+  for (int i = 0; i < 3; ++i) f.syncer->run_pass();
+  EXPECT_EQ(read_file(mirrored), R"({"dropout": 0.1})");
+  EXPECT_EQ(f.stats()["control_rejected"], 1);  // one warning per distinct content
+  write_bytes(f.shared / "control.json", "[0.2]");  // JSON, but not an object
+  f.syncer->run_pass();
+  EXPECT_EQ(read_file(mirrored), R"({"dropout": 0.1})");
+  EXPECT_EQ(f.stats()["control_rejected"], 2);
+  EXPECT_EQ(files_under(f.local / "inbox"), std::vector<std::string>{"control.json"});
+  write_bytes(f.shared / "control.json", R"({"dropout": 0.2})");  // fixed
+  f.syncer->run_pass();
+  EXPECT_EQ(read_file(mirrored), R"({"dropout": 0.2})");
+  EXPECT_EQ(f.stats()["control_updates"], 2);
+}
+
+TEST(Syncer, ControlFileIsNeverFlaggedQuarantinedUploadedOrDeleted) {
+  Fixture f("control_never", /*max_attempts=*/2, /*quarantine_after_s=*/5);
+  write_bytes(f.shared / "control.json", "not json");  // not a framed file either
+  for (int i = 0; i < 4; ++i) {
+    f.syncer->run_pass();
+    f.now += std::chrono::seconds(6);
+  }
+  EXPECT_EQ(files_under(f.local / "quarantine"), std::vector<std::string>{});
+  EXPECT_EQ(files_under(f.local / "inbox"), std::vector<std::string>{});
+  EXPECT_EQ(f.stats()["quarantined"], 0);
+  EXPECT_EQ(f.stats()["control_rejected"], 1);
+  // A control.json in the outbox (the worker never writes one) is not published, and a stray
+  // .sent marker does not delete the operator's file.
+  fs::remove(f.shared / "control.json");
+  write_bytes(f.local / "outbox" / "control.json", R"({"micro_batch": 64})");
+  f.syncer->run_pass();
+  EXPECT_FALSE(fs::exists(f.shared / "control.json"));
+  fs::remove(f.local / "outbox" / "control.json");
+  write_bytes(f.shared / "control.json", R"({"micro_batch": 2})");
+  write_bytes(f.local / "outbox" / "control.json.sent", "");
+  f.syncer->run_pass();
+  EXPECT_EQ(read_file(f.shared / "control.json"), R"({"micro_batch": 2})");
+  EXPECT_EQ(read_file(f.local / "inbox" / "control.json"), R"({"micro_batch": 2})");
+  auto s = f.stats();
+  EXPECT_EQ(s["uploaded"], 0);
+  EXPECT_EQ(s["deleted"], 0);
+  EXPECT_EQ(s["flagged"], 0);
+}
+
+TEST(Syncer, PassesCountListingsOfTheSharedFolder) {
+  Fixture f("passes");
+  f.syncer->upload_pass();  // lists nothing
+  EXPECT_EQ(f.stats()["passes"], 0);
+  f.syncer->run_pass();
+  EXPECT_EQ(f.stats()["passes"], 1);  // written by the pass that listed
+  f.syncer->run_pass();
+  EXPECT_EQ(f.stats()["passes"], 2);
+  fs::rename(f.shared, f.root / "away");  // the listing fails: not a pass
+  f.syncer->run_pass();
+  EXPECT_EQ(f.stats()["passes"], 2);
+  EXPECT_EQ(f.stats()["transfer_errors"], 1);
+  fs::rename(f.root / "away", f.shared);
+  f.syncer->run_pass();
+  EXPECT_EQ(f.stats()["passes"], 3);
+}
+
+// A pass is settled once every download it planned (and every earlier pass's) was tried: a
+// joining worker waits for that before it decides whether the run exists.
+TEST(Syncer, APassSettlesWhenItsDownloadsAndEarlierOnesAreDone) {
+  Fixture f("settled");
+  write_bytes(f.shared / "a.bin", framed_file(1, 100));
+  std::vector<Task> first = f.syncer->plan_downloads();
+  ASSERT_EQ(first.size(), 1u);
+  write_bytes(f.shared / "b.bin", framed_file(2, 100));
+  std::vector<Task> second = f.syncer->plan_downloads();  // a.bin is in flight: only b.bin
+  ASSERT_EQ(second.size(), 1u);
+  EXPECT_EQ(f.syncer->stats().passes, 2u);
+  EXPECT_EQ(f.syncer->stats().settled_passes, 0u);
+  f.syncer->execute(second[0]);
+  EXPECT_EQ(f.syncer->stats().settled_passes, 0u);  // pass 1 still has a.bin outstanding
+  f.syncer->execute(first[0]);
+  EXPECT_EQ(f.syncer->stats().settled_passes, 2u);
+  EXPECT_TRUE(f.syncer->plan_downloads().empty());
+  EXPECT_EQ(f.syncer->stats().settled_passes, 3u);  // nothing to download: settled at once
 }
 
 TEST(Syncer, HalfWrittenFileIsNeverFlaggedUntilFinished) {

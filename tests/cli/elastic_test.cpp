@@ -1,0 +1,386 @@
+// Elastic runs in real processes (Note [Elastic membership] in src/exchange/folder_exchange.h):
+// workers join a running job, leave it, die with kill -9 (also while publishing a checkpoint),
+// all die and come back, and change hyperparameters live, through the cloud-folder simulator.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <iostream>
+#include <random>
+#include <thread>
+
+#include "cli_fixture.h"
+#include "process.h"
+
+namespace gradbox::testing {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Drive-like lag scaled down, with partial copies and lagging listings.
+std::string folder_args(uint64_t seed, const std::string& extra = "") {
+  return "--poll-ms 20 --sim-seed " + std::to_string(seed) +
+         " --sim-delay-median-ms 40 --sim-delay-p90-ms 150 --sim-placeholder-prob 0.1 --sim-truncate-prob 0.1"
+         " --sim-corrupt-prob 0.02 --sim-stale-list-prob 0.05 --sim-missing-prob 0.05 " + extra;
+}
+
+void write_text(const fs::path& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+// The status line of one worker (the table starts each line with the name).
+std::string status_line(const std::string& status, const std::string& worker) {
+  std::istringstream in(status);
+  for (std::string line; std::getline(in, line);)
+    if (line.starts_with(worker + " ")) return line;
+  return "";
+}
+
+int env_int(const char* name, int fallback) {
+  const char* value = std::getenv(name);
+  return value ? std::atoi(value) : fallback;
+}
+
+class ElasticTest : public CliTest {
+ protected:
+  struct Options {
+    int steps = 30;
+    std::string peers;        // founding members; empty: none given (a joiner)
+    int micro_batch = 4;
+    std::string sync_extra;   // more simulator flags for this worker
+    std::vector<std::string> extra;
+  };
+  static Options with(int steps, std::string peers = "", std::vector<std::string> extra = {}) {
+    Options o;
+    o.steps = steps;
+    o.peers = std::move(peers);
+    o.extra = std::move(extra);
+    return o;
+  }
+
+  // One worker of the run in `base`: its run folder is base/<name>, the shared folder base/shared.
+  static std::vector<std::string> worker_argv(const fs::path& base, const std::string& name, const Options& o) {
+    std::vector<std::string> argv =
+        train(base / name, {"--block-size", "32", "--max-steps", std::to_string(o.steps), "--checkpoint-interval", "5",
+                            "--log-interval", "5", "--dropout", "0", "--micro-batch", std::to_string(o.micro_batch),
+                            "--local-workers", "3", "--shared", (base / "shared").string(), "--worker", name,
+                            "--sync-backend", "sim", "--codec", "fp32",
+                            // Deadlines scaled to a local folder: a dead worker costs ~1 s.
+                            "--contribution-timeout", "3", "--deadline-floor", "1", "--failover-timeout", "6",
+                            "--heartbeat-interval", "0.5", "--stale-after", "4", "--checkpoint-failover", "3",
+                            "--checkpoint-part-bytes", "40000", "--fingerprint-interval", "5", "--give-up-timeout", "120"});
+    if (!o.peers.empty()) argv.insert(argv.end(), {"--peers", o.peers});
+    argv.insert(argv.end(), {"--sync-args", folder_args(std::hash<std::string>{}(name) % 1000 + 1, o.sync_extra)});
+    argv.insert(argv.end(), o.extra.begin(), o.extra.end());
+    return argv;
+  }
+
+  static pid_t start(const fs::path& base, const std::string& name, const Options& o) {
+    fs::create_directories(base);
+    static int generation = 0;
+    return start_process(worker_argv(base, name, o), base / (name + "." + std::to_string(++generation) + ".log"));
+  }
+
+  static std::string logs(const fs::path& base, const std::string& name) {
+    std::string out;
+    for (const auto& entry : fs::directory_iterator(base))
+      if (entry.path().filename().string().starts_with(name + ".") && entry.path().extension() == ".log")
+        out += "--- " + entry.path().filename().string() + "\n" + read_bytes(entry.path());
+    return out;
+  }
+
+  static nlohmann::json exchange_stats(const fs::path& base, const std::string& name) {
+    const std::string text = read_bytes(base / name / "sync" / "exchange" / "stats.json");
+    return text.empty() ? nlohmann::json::object() : nlohmann::json::parse(text, nullptr, false);
+  }
+
+  static int round_of(const fs::path& base, const std::string& name) {
+    const nlohmann::json j = exchange_stats(base, name);
+    return j.is_object() ? j.value("round", 0) : 0;
+  }
+
+  // Polls `condition` every 10 ms for up to `seconds`; false on timeout.
+  static bool wait_for(const std::function<bool()>& condition, double seconds = 180) {
+    const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+    while (Clock::now() < deadline) {
+      if (condition()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  }
+
+  static fs::path final_checkpoint(const fs::path& run, int steps) {
+    char name[32];
+    std::snprintf(name, sizeof name, "step_%08d", steps);
+    return run / "checkpoints" / name;
+  }
+
+  static std::string final_model(const fs::path& base, const std::string& name, int steps) {
+    return read_bytes(final_checkpoint(base / name, steps) / "model.safetensors");
+  }
+
+  static std::vector<nlohmann::json> records(const fs::path& run, const char* key) {
+    std::vector<nlohmann::json> out;
+    for (const nlohmann::json& r : read_metrics(run))
+      if (r.contains(key)) out.push_back(r);
+    return out;
+  }
+};
+
+TEST_F(ElasticTest, AWorkerJoinsMidRunFromTheFolderCheckpointWithoutMakingOthersWait) {
+  const fs::path base = dir("elastic_join");
+  Options o = with(36, "a,b");
+  const pid_t a = start(base, "a", o);
+  const pid_t b = start(base, "b", o);
+  ASSERT_TRUE(wait_for([&] { return round_of(base, "a") >= 12; })) << logs(base, "a");
+  Options joiner = with(36);  // no --peers: it finds the run
+  joiner.micro_batch = 3;
+  const pid_t c = start(base, "c", joiner);
+  ASSERT_EQ(wait_process(a), 0) << logs(base, "a");
+  ASSERT_EQ(wait_process(b), 0) << logs(base, "b");
+  ASSERT_EQ(wait_process(c), 0) << logs(base, "c");
+
+  const std::string log_c = logs(base, "c");
+  EXPECT_TRUE(contains(log_c, "joining run shared from the folder checkpoint of step")) << log_c;
+  const nlohmann::json ex_a = exchange_stats(base, "a"), ex_c = exchange_stats(base, "c");
+  EXPECT_GE(ex_a["members_added"].get<int>() + exchange_stats(base, "b")["members_added"].get<int>(), 1) << ex_a.dump();
+  // It caught up by replaying, then contributed to the rounds after.
+  EXPECT_GE(ex_c["followed_rounds"].get<int>(), 1) << ex_c.dump();
+  EXPECT_GE(ex_c["rounds"].get<int>() - ex_c["followed_rounds"].get<int>(), 8) << ex_c.dump();
+  // Nobody ever waited out a deadline for the newcomer: every expected contribution came.
+  EXPECT_EQ(ex_a["contributions_left_out"], 0) << ex_a.dump();
+  EXPECT_EQ(ex_a["fingerprint_mismatches"], 0);
+  const std::string model = final_model(base, "a", o.steps);
+  ASSERT_FALSE(model.empty());
+  EXPECT_EQ(final_model(base, "b", o.steps), model);
+  EXPECT_EQ(final_model(base, "c", o.steps), model);
+}
+
+TEST_F(ElasticTest, SigtermLeavesCleanlyAndTheOthersGoOn) {
+  const fs::path base = dir("elastic_leave");
+  Options o = with(24, "a,b,c");
+  const pid_t a = start(base, "a", o);
+  const pid_t b = start(base, "b", o);
+  const pid_t c = start(base, "c", o);
+  ASSERT_TRUE(wait_for([&] { return round_of(base, "b") >= 8; })) << logs(base, "b");
+  kill(b, SIGTERM);
+  EXPECT_EQ(wait_process(b), 0) << logs(base, "b");
+  ASSERT_EQ(wait_process(a), 0) << logs(base, "a");
+  ASSERT_EQ(wait_process(c), 0) << logs(base, "c");
+  EXPECT_TRUE(contains(logs(base, "b"), "stopped at step")) << logs(base, "b");
+  EXPECT_EQ(final_model(base, "a", o.steps), final_model(base, "c", o.steps));
+  // The announced departure cost at most the round in flight.
+  const nlohmann::json ex_a = exchange_stats(base, "a");
+  EXPECT_LE(ex_a["contributions_left_out"].get<int>(), 1) << ex_a.dump();
+  ProcessResult status = run_process({kBinary, "status", "--shared", (base / "shared").string()});
+  ASSERT_EQ(status.exit_code, 0) << status.output;
+  EXPECT_TRUE(contains(status_line(status.output, "b"), "left")) << status.output;
+  EXPECT_TRUE(contains(status.output, "checkpoint: step 24")) << status.output;
+}
+
+TEST_F(ElasticTest, AllWorkersDieAndOneRestartResumesTheRun) {
+  const fs::path base = dir("elastic_resume");
+  Options o = with(26, "a,b");
+  const pid_t a = start(base, "a", o);
+  const pid_t b = start(base, "b", o);
+  ASSERT_TRUE(wait_for([&] { return round_of(base, "a") >= 12; })) << logs(base, "a");
+  kill(a, SIGKILL);
+  kill(b, SIGKILL);
+  EXPECT_EQ(wait_process(a), 128 + SIGKILL);
+  EXPECT_EQ(wait_process(b), 128 + SIGKILL);
+  const pid_t b2 = start(base, "b", o);
+  ASSERT_EQ(wait_process(b2), 0) << logs(base, "b");
+  const std::string log_b = logs(base, "b");
+  // It replayed what the folder kept, then went on alone once a's deadline passed.
+  EXPECT_TRUE(contains(log_b, " members: b (")) << log_b;
+  const std::vector<nlohmann::json> losses = records(base / "b", "loss");
+  ASSERT_FALSE(losses.empty());
+  EXPECT_EQ(losses.back()["step"], o.steps);
+  for (const nlohmann::json& r : losses) EXPECT_TRUE(std::isfinite(r["loss"].get<double>())) << r.dump();
+  EXPECT_FALSE(final_model(base, "b", o.steps).empty());
+}
+
+TEST_F(ElasticTest, AJoinerWithAnotherModelOrCodecIsRefused) {
+  const fs::path base = dir("elastic_mismatch");
+  Options o = with(400, "a");
+  const pid_t a = start(base, "a", o);
+  ASSERT_TRUE(wait_for([&] { return round_of(base, "a") >= 2; })) << logs(base, "a");
+  ProcessResult model = run_process(worker_argv(base, "d", with(30, "", {"--model", "llama-tiny"})));
+  EXPECT_EQ(model.exit_code, 2) << model.output;
+  EXPECT_TRUE(contains(model.output, "config-a.gbx")) << model.output;
+  EXPECT_TRUE(contains(model.output, "model")) << model.output;
+  ProcessResult codec = run_process(worker_argv(base, "e", with(30, "", {"--codec", "int8"})));
+  EXPECT_EQ(codec.exit_code, 2) << codec.output;
+  EXPECT_TRUE(contains(codec.output, "--codec fp32")) << codec.output;
+  EXPECT_TRUE(contains(codec.output, "this worker: int8")) << codec.output;
+  // Nothing of theirs got into the run.
+  EXPECT_FALSE(fs::exists(base / "shared" / "members" / "d"));
+  kill(a, SIGTERM);
+  EXPECT_EQ(wait_process(a), 0) << logs(base, "a");
+  EXPECT_EQ(exchange_stats(base, "a")["rejected_files"], 0);
+}
+
+TEST_F(ElasticTest, ThePublisherKilledMidCheckpointIsReplacedAndJoinersLoadACompleteOne) {
+  const fs::path base = dir("elastic_publisher");
+  // Uploads at 8 Mbit/s: a checkpoint (1.6 MB) takes ~2 s to go up, time to kill its publisher.
+  Options o = with(30, "a,b,c", {"--codec", "fp16"});
+  o.sync_extra = "--sim-bandwidth-mbps 8";
+  const std::vector<std::string> names = {"a", "b", "c"};
+  std::map<std::string, pid_t> pids;
+  for (const std::string& name : names) pids[name] = start(base, name, o);
+  // Whoever publishes step 10 (the agreed one for that round's members) is killed mid-write.
+  std::string victim;
+  fs::path publishing;
+  ASSERT_TRUE(wait_for([&] {
+    for (const std::string& name : names)
+      for (const std::string epoch : {"e0", "e1", "e2"}) {
+        const fs::path d = base / name / "sync" / "outbox" / "checkpoints" / ("s00000010-" + epoch + "-" + name);
+        if (fs::exists(d / "part-0000.gbx")) {
+          victim = name;
+          publishing = d;
+          return true;
+        }
+      }
+    return false;
+  })) << logs(base, "a");
+  const bool manifest_before_kill = fs::exists(publishing / "manifest.gbx");
+  kill(pids[victim], SIGKILL);
+  EXPECT_EQ(wait_process(pids[victim]), 128 + SIGKILL);
+  pids.erase(victim);
+  ASSERT_FALSE(manifest_before_kill) << "the kill came too late to test a half-written checkpoint";
+  const std::string survivor = pids.begin()->first;
+  ASSERT_TRUE(wait_for([&] { return round_of(base, survivor) >= 16; })) << logs(base, survivor);
+  Options joiner = with(30, "", {"--codec", "fp16"});
+  pids["d"] = start(base, "d", joiner);
+  for (const auto& [name, pid] : pids) ASSERT_EQ(wait_process(pid), 0) << logs(base, name);
+  // Someone else published step 10, and the half-written one was never loaded.
+  int failovers = 0;
+  for (const auto& [name, pid] : pids) failovers += exchange_stats(base, name)["checkpoint_failovers"].get<int>();
+  EXPECT_GE(failovers, 1) << logs(base, survivor);
+  const std::string log_d = logs(base, "d");
+  EXPECT_TRUE(contains(log_d, "from the folder checkpoint of step")) << log_d;
+  EXPECT_FALSE(contains(log_d, "(by " + victim + ")")) << log_d;
+  const std::string model = final_model(base, survivor, o.steps);
+  ASSERT_FALSE(model.empty());
+  for (const auto& [name, pid] : pids) EXPECT_EQ(final_model(base, name, o.steps), model) << name;
+}
+
+TEST_F(ElasticTest, ALiveControlChangeIsAppliedAtTheSameRoundByAllAndSurvivesARestart) {
+  const fs::path base = dir("elastic_control");
+  Options o = with(24, "a,b,c");
+  std::map<std::string, pid_t> pids;
+  for (const std::string name : {"a", "b", "c"}) pids[name] = start(base, name, o);
+  ASSERT_TRUE(wait_for([&] { return round_of(base, "a") >= 6; })) << logs(base, "a");
+  write_text(base / "shared" / "control.json", R"({"lr_multiplier": 0.5, "micro_batch": 2})");
+  for (const auto& [name, pid] : pids) ASSERT_EQ(wait_process(pid), 0) << logs(base, name);
+
+  std::vector<int> steps;
+  for (const std::string name : {"a", "b", "c"}) {
+    const std::vector<nlohmann::json> changes = records(base / name, "control");
+    ASSERT_EQ(changes.size(), 1u) << name << "\n" << logs(base, name);
+    EXPECT_EQ(changes[0]["control"], nlohmann::json::parse(R"({"lr_multiplier": 0.5, "micro_batch": 2})"));
+    steps.push_back(changes[0]["step"].get<int>());
+    const nlohmann::json state = nlohmann::json::parse(read_bytes(final_checkpoint(base / name, o.steps) / "state.json"));
+    EXPECT_EQ(state["control"]["micro_batch"], 2) << name;
+  }
+  EXPECT_EQ(steps[0], steps[1]);
+  EXPECT_EQ(steps[0], steps[2]);
+  EXPECT_GT(steps[0], 6);
+  EXPECT_EQ(final_model(base, "a", o.steps), final_model(base, "b", o.steps));
+  EXPECT_EQ(final_model(base, "a", o.steps), final_model(base, "c", o.steps));
+
+  // A restart of the finished run continues with the control it had.
+  o.steps = 28;
+  const pid_t again = start(base, "a", o);
+  ASSERT_EQ(wait_process(again), 0) << logs(base, "a");
+  EXPECT_TRUE(contains(logs(base, "a"), "live control from the checkpoint")) << logs(base, "a");
+  const nlohmann::json state = nlohmann::json::parse(read_bytes(final_checkpoint(base / "a", 28) / "state.json"));
+  EXPECT_EQ(state["control"]["lr_multiplier"], 0.5);
+}
+
+TEST_F(ElasticTest, ADivergedReplicaIsInTheMinorityAndReloadsTheAgreedState) {
+  const fs::path base = dir("elastic_repair");
+  Options o = with(25, "a,b,c");
+  std::map<std::string, pid_t> pids;
+  for (const std::string name : {"a", "b"}) pids[name] = start(base, name, o);
+  ::setenv("GRADBOX_FAULT_PERTURB_STEP", "7", 1);  // c's parameters drift after step 7
+  pids["c"] = start(base, "c", o);
+  ::unsetenv("GRADBOX_FAULT_PERTURB_STEP");
+  for (const auto& [name, pid] : pids) ASSERT_EQ(wait_process(pid), 0) << logs(base, name);
+  const std::string log_c = logs(base, "c");
+  EXPECT_TRUE(contains(log_c, "parameters nudged after step 7")) << log_c;
+  EXPECT_TRUE(contains(log_c, "in the minority; reloading the agreed state")) << log_c;
+  EXPECT_GE(exchange_stats(base, "c")["resyncs"].get<int>(), 1);
+  EXPECT_EQ(exchange_stats(base, "a")["resyncs"], 0);
+  EXPECT_EQ(exchange_stats(base, "b")["resyncs"], 0);
+  // Repaired: the three replicas end on the same parameters.
+  const std::string model = final_model(base, "a", o.steps);
+  ASSERT_FALSE(model.empty());
+  EXPECT_EQ(final_model(base, "b", o.steps), model);
+  EXPECT_EQ(final_model(base, "c", o.steps), model);
+}
+
+// The chaos test: four workers, one killed with SIGKILL every few rounds and restarted after a
+// pause. Longer runs: scripts/chaos.sh (CHAOS_ROUNDS, CHAOS_KILL_EVERY, CHAOS_SEED).
+TEST_F(ElasticTest, ChaosRandomKillsAndRestartsKeepReplicasIdenticalAndTraining) {
+  const int rounds = env_int("CHAOS_ROUNDS", 40);
+  const int kill_every = env_int("CHAOS_KILL_EVERY", 8);
+  std::mt19937 rng(static_cast<uint32_t>(env_int("CHAOS_SEED", 7)));
+  const std::vector<std::string> names = {"a", "b", "c", "d"};
+  const fs::path base = dir("elastic_chaos");
+  Options o = with(rounds, "a,b,c,d", {"--exchange", "sharded", "--codec", "fp16"});
+  std::map<std::string, pid_t> pids;
+  for (const std::string& name : names) pids[name] = start(base, name, o);
+  int kills = 0;
+  for (int next = kill_every; next + 6 < rounds; next += kill_every) {
+    if (!wait_for([&] { return round_of(base, "a") >= next || round_of(base, "b") >= next; })) break;
+    const std::string victim = names[rng() % names.size()];
+    kill(pids[victim], SIGKILL);
+    EXPECT_EQ(wait_process(pids[victim]), 128 + SIGKILL) << logs(base, victim);
+    ++kills;
+    std::cout << "chaos: killed " << victim << " near round " << next << "\n";
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    pids[victim] = start(base, victim, o);
+  }
+  for (const auto& [name, pid] : pids) ASSERT_EQ(wait_process(pid), 0) << logs(base, name);
+  ASSERT_GE(kills, 2);
+
+  // Every replica ends on the same parameters, and no loss was NaN.
+  const std::string model = final_model(base, "a", rounds);
+  ASSERT_FALSE(model.empty());
+  for (const std::string& name : names) {
+    EXPECT_EQ(final_model(base, name, rounds), model) << name;
+    for (const nlohmann::json& r : records(base / name, "loss"))
+      EXPECT_TRUE(std::isfinite(r["loss"].get<double>())) << name << " " << r.dump();
+    // No partial file was read: copies were verified (and some were partial), none rejected.
+    const nlohmann::json ex = exchange_stats(base, name);
+    EXPECT_EQ(ex["rejected_files"], 0) << name << ": " << ex.dump();
+    const nlohmann::json sync = nlohmann::json::parse(read_bytes(base / name / "sync" / "syncer" / "stats.json"));
+    EXPECT_EQ(sync["quarantined"], 0) << name << ": " << sync.dump();
+  }
+
+  // The same rounds without faults, from the same start: the loss is within tolerance.
+  const fs::path calm = dir("elastic_calm");
+  std::map<std::string, pid_t> calm_pids;
+  for (const std::string& name : names) calm_pids[name] = start(calm, name, o);
+  for (const auto& [name, pid] : calm_pids) ASSERT_EQ(wait_process(pid), 0) << logs(calm, name);
+  auto tail_loss = [](const fs::path& run) {
+    std::vector<double> last;
+    for (const nlohmann::json& r : read_metrics(run))
+      if (r.contains("loss")) last.push_back(r["loss"].get<double>());
+    double sum = 0;
+    const size_t n = std::min<size_t>(5, last.size());
+    for (size_t i = last.size() - n; i < last.size(); ++i) sum += last[i];
+    return sum / static_cast<double>(n);
+  };
+  const double chaos_loss = tail_loss(base / "a"), calm_loss = tail_loss(calm / "a");
+  std::cout << "chaos: " << kills << " kills in " << rounds << " rounds; mean loss of the last 5 rounds " << chaos_loss
+            << " vs " << calm_loss << " without faults\n";
+  EXPECT_LT(std::abs(chaos_loss - calm_loss), 0.1 * calm_loss);
+}
+
+}  // namespace
+}  // namespace gradbox::testing
