@@ -43,7 +43,7 @@ for spec in "${SPECS[@]}"; do
   "$GRADBOX" train --data "$DATA" --out "$OUT/$name" --model "$MODEL" --block-size "$BLOCK" \
     --micro-batch "$micro" --max-steps "$STEPS" --local-workers "${#NAMES[@]}" \
     --shared "$OUT/shared" --worker "$name" --peers "$PEERS" --codec "$CODEC" --exchange "$EXCHANGE" \
-    --sync-backend "$BACKEND" --sync-args "$sync_args" --checkpoint-interval 0 "$@" 2>&1 |
+    --sync-backend "$BACKEND" --sync-args "$sync_args" --checkpoint-interval 50 "$@" 2>&1 |
     sed -u "s/^/[$name] /" &
   pids+=($!)
 done

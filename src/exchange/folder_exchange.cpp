@@ -18,6 +18,7 @@
 #include "common/log.h"
 #include "exchange/folder_checkpoint.h"
 #include "exchange/live_control.h"
+#include "exchange/membership.h"
 #include "wire/envelope.h"
 
 namespace gradbox::exchange {
@@ -88,13 +89,6 @@ struct ShardOutcome {
   wire::RoundView view;  // shard 0's is authoritative
 };
 
-// A peer's newest heartbeat, as far as membership cares.
-struct PeerBeat {
-  std::string state;  // joining | ready | live | left
-  uint64_t applied_round = 0;
-  double age_s = 0;   // writer's clock to ours
-};
-
 bool contains(const std::vector<std::string>& names, const std::string& name) {
   return std::find(names.begin(), names.end(), name) != names.end();
 }
@@ -105,11 +99,6 @@ std::string join_names(const std::vector<std::string>& names) {
   return out.empty() ? "(none)" : out;
 }
 
-double median_of(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
 
 struct Stats {
   uint64_t rounds = 0;
@@ -165,14 +154,15 @@ struct Stats {
 
 class FolderExchange final : public GradientExchange {
  public:
-  explicit FolderExchange(FolderExchangeConfig config) : config_(std::move(config)) {
+  explicit FolderExchange(FolderExchangeConfig config)
+      : config_(std::move(config)),
+        deadline_(config_.deadline_floor_s, config_.contribution_timeout_s, config_.deadline_k) {
     if (config_.members.empty()) config_.members = {config_.worker};
     std::sort(config_.members.begin(), config_.members.end());
     shards_from_run_ = config_.shard_count == 0;
     if (config_.shard_count == 0)
       config_.shard_count = config_.pattern == ExchangePattern::sharded ? static_cast<uint32_t>(config_.members.size()) : 1;
     config_.validate();
-    config_.deadline_floor_s = std::min(config_.deadline_floor_s, config_.contribution_timeout_s);
     encoders_.assign(config_.shard_count, codec::ErrorFeedbackEncoder(config_.codec));
     fs::create_directories(config_.local_dir / "outbox");
     fs::create_directories(config_.local_dir / "inbox");
@@ -498,39 +488,8 @@ class FolderExchange final : public GradientExchange {
     }
   }
 
-  // Peers' newest heartbeats (flagged mirrors); older mirrored ones are dropped on the way.
   std::map<std::string, PeerBeat> read_heartbeats() const {
-    std::map<std::string, PeerBeat> beats;
-    const int64_t now = unix_ms();
-    std::error_code ec;
-    for (fs::directory_iterator w(config_.local_dir / "inbox" / "members", ec), end; !ec && w != end; w.increment(ec)) {
-      const std::string worker = w->path().filename().string();
-      if (worker == config_.worker) continue;
-      std::vector<std::string> names;
-      std::error_code wec;
-      for (fs::directory_iterator f(w->path(), wec); !wec && f != fs::directory_iterator(); f.increment(wec)) {
-        const std::string name = f->path().filename().string();
-        if (name.starts_with("hb-") && name.ends_with(".gbx.flag")) names.push_back(name.substr(0, name.size() - 5));
-      }
-      std::sort(names.begin(), names.end());  // fixed-width sequence: newest last
-      for (auto it = names.rbegin(); it != names.rend(); ++it) {
-        try {
-          wire::WireFile file = wire::read_wire_file(w->path() / *it);
-          if (file.header.run_id() != config_.run_id || !file.header.has_heartbeat()) continue;
-          const wire::Heartbeat& hb = file.header.heartbeat();
-          beats[worker] = PeerBeat{hb.state(), hb.applied_round(),
-                                   static_cast<double>(now - file.header.created_unix_ms()) / 1000.0};
-          break;
-        } catch (const std::exception&) {
-          continue;  // verified by the syncer; only a concurrent cleanup gets here
-        }
-      }
-      for (size_t i = 0; i + 1 < names.size(); ++i) {
-        fs::remove(w->path() / names[i], wec);
-        fs::remove(w->path() / (names[i] + ".flag"), wec);
-      }
-    }
-    return beats;
+    return read_peer_heartbeats(config_.local_dir / "inbox", config_.run_id, config_.worker);
   }
 
   bool fresh(const PeerBeat& beat) const { return beat.age_s < config_.stale_after_s; }
@@ -580,26 +539,17 @@ class FolderExchange final : public GradientExchange {
       for (uint32_t k = 0; k < config_.shard_count; ++k) {
         if (!visible.count(contribution_name(member, k))) continue;
         lag_seen_.insert(member);
-        lags_.push_back(elapsed);
-        if (lags_.size() > 256) lags_.pop_front();
+        deadline_.observe(elapsed);
         break;
       }
     }
   }
 
-  // median + k * spread of the observed lags, within [floor, ceiling]; the ceiling until 8 are seen.
+  // The deadline in force (membership.h: LagDeadline); logged when it moves by more than 20%.
   double contribution_deadline() {
-    double deadline = config_.contribution_timeout_s;
-    if (lags_.size() >= 8) {
-      std::vector<double> lags(lags_.begin(), lags_.end());
-      const double median = median_of(lags);
-      std::vector<double> deviations;
-      for (double lag : lags) deviations.push_back(std::abs(lag - median));
-      const double spread = 1.4826 * median_of(deviations);
-      deadline = std::clamp(median + config_.deadline_k * spread, config_.deadline_floor_s, config_.contribution_timeout_s);
-    }
+    const double deadline = deadline_.deadline();
     if (std::abs(deadline - stats_.contribution_deadline_s) > 0.2 * std::max(stats_.contribution_deadline_s, 0.5)) {
-      logger().info(str("contribution deadline ", deadline, " s (", lags_.size(), " lags observed, floor ",
+      logger().info(str("contribution deadline ", deadline, " s (", deadline_.samples(), " lags observed, floor ",
                         config_.deadline_floor_s, " s, ceiling ", config_.contribution_timeout_s, " s)"));
       stats_.contribution_deadline_s = deadline;
     }
@@ -1317,7 +1267,7 @@ class FolderExchange final : public GradientExchange {
   std::map<uint64_t, std::vector<std::string>> applied_views_;  // members of rounds applied
   std::vector<std::string> round_members_;                      // this round's; empty: following
   bool member_ = false;
-  std::deque<double> lags_;
+  LagDeadline deadline_;
   std::set<std::string> lag_seen_;
   bool resync_needed_ = false;
   // Live control (Note [Live control]).

@@ -416,10 +416,10 @@ TrainSummary Trainer::run(const StopPredicate& should_stop) {
     interval_tokens += step_tokens;
     ++interval_steps;
     summary.last_loss = loss;
-    metrics_->write({{"step", step_}, {"loss", loss}, {"lr", lr}, {"grad_norm", last_grad_norm_},
+    metrics_->write({{"step", step_}, {"loss", loss}, {"lr", lr * lr_multiplier_}, {"grad_norm", last_grad_norm_},
                      {"tokens", tokens_}, {"step_seconds", seconds}});
     if (step_ % config_.log_interval == 0 || step_ == config_.max_steps) {
-      log_progress(loss, lr, interval_seconds, interval_steps, interval_tokens);
+      log_progress(loss, lr * lr_multiplier_, interval_seconds, interval_steps, interval_tokens);
       interval_steps = 0;
       interval_seconds = 0.0;
       interval_tokens = 0;

@@ -289,6 +289,12 @@ TEST_F(ElasticTest, ALiveControlChangeIsAppliedAtTheSameRoundByAllAndSurvivesARe
   EXPECT_EQ(steps[0], steps[1]);
   EXPECT_EQ(steps[0], steps[2]);
   EXPECT_GT(steps[0], 6);
+  // The learning rate halved at that step (the cosine alone moves it by a few percent).
+  std::map<int, double> lr;
+  for (const nlohmann::json& r : records(base / "a", "lr")) lr[r["step"].get<int>()] = r["lr"].get<double>();
+  ASSERT_TRUE(lr.count(steps[0]) && lr.count(steps[0] - 1));
+  EXPECT_LT(lr[steps[0]], 0.6 * lr[steps[0] - 1]);
+  EXPECT_GT(lr[steps[0] - 1], 0.9 * lr[steps[0] - 2]);
   EXPECT_EQ(final_model(base, "a", o.steps), final_model(base, "b", o.steps));
   EXPECT_EQ(final_model(base, "a", o.steps), final_model(base, "c", o.steps));
 
