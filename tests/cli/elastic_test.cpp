@@ -357,6 +357,7 @@ TEST_F(ElasticTest, ChaosRandomKillsAndRestartsKeepReplicasIdenticalAndTraining)
   // Every replica ends on the same parameters, and no loss was NaN.
   const std::string model = final_model(base, "a", rounds);
   ASSERT_FALSE(model.empty());
+  int partial_copies = 0;
   for (const std::string& name : names) {
     EXPECT_EQ(final_model(base, name, rounds), model) << name;
     for (const nlohmann::json& r : records(base / name, "loss"))
@@ -366,7 +367,9 @@ TEST_F(ElasticTest, ChaosRandomKillsAndRestartsKeepReplicasIdenticalAndTraining)
     EXPECT_EQ(ex["rejected_files"], 0) << name << ": " << ex.dump();
     const nlohmann::json sync = nlohmann::json::parse(read_bytes(base / name / "sync" / "syncer" / "stats.json"));
     EXPECT_EQ(sync["quarantined"], 0) << name << ": " << sync.dump();
+    partial_copies += sync["incomplete_seen"].get<int>() + sync["placeholders_seen"].get<int>();
   }
+  EXPECT_GT(partial_copies, 0) << "the folder should have shown partial copies (and they were not used)";
 
   // The same rounds without faults, from the same start: the loss is within tolerance.
   const fs::path calm = dir("elastic_calm");
