@@ -233,6 +233,7 @@ class FolderExchange final : public GradientExchange {
     auto view = views_.find(round);
     round_members_ = view != views_.end() ? view->second : std::vector<std::string>{};
     member_ = contains(round_members_, config_.worker);
+    refresh_departed();
     if (member_) publish_contributions(grad, mine);
     auto contributed = Clock::now();
     bool waited = false;
@@ -260,6 +261,7 @@ class FolderExchange final : public GradientExchange {
         next_housekeeping = elapsed + 1.0;
         if (config_.check_alive) config_.check_alive();
         maintain_checkpoints();
+        refresh_departed();
         if (!member_) {
           if (follower_cannot_catch_up()) {
             result.resync = true;
@@ -490,6 +492,13 @@ class FolderExchange final : public GradientExchange {
 
   std::map<std::string, PeerBeat> read_heartbeats() const {
     return read_peer_heartbeats(config_.local_dir / "inbox", config_.run_id, config_.worker);
+  }
+
+  // Members of this round whose newest heartbeat says "left" (read about once a second).
+  void refresh_departed() {
+    departed_.clear();
+    for (const auto& [worker, beat] : read_heartbeats())
+      if (beat.state == "left" && contains(round_members_, worker)) departed_.insert(worker);
   }
 
   bool fresh(const PeerBeat& beat) const { return beat.age_s < config_.stale_after_s; }
@@ -1035,9 +1044,14 @@ class FolderExchange final : public GradientExchange {
 
   // Owners publish the agreement of the shards they hold for the current epoch.
   void maybe_publish_agreement(uint32_t k, const std::set<std::string>& visible, double elapsed, float* grad) {
+    uint32_t owners_to_wait_for = 0;  // earlier owners that may still publish
     for (uint32_t epoch = 0; epoch < round_members_.size(); ++epoch) {
-      if (owner(k, epoch) != config_.worker) continue;
-      const double epoch_start = epoch * config_.failover_timeout_s;
+      if (owner(k, epoch) != config_.worker) {
+        // One that announced its departure will not publish: no failover timeout for it.
+        if (!departed_.count(owner(k, epoch))) ++owners_to_wait_for;
+        continue;
+      }
+      const double epoch_start = owners_to_wait_for * config_.failover_timeout_s;
       if (elapsed < epoch_start) return;
       if (own_agreements_.count(agreement_name(config_.pattern, k, epoch, config_.worker))) return;
       request_contributions(k);
@@ -1267,6 +1281,7 @@ class FolderExchange final : public GradientExchange {
   std::map<uint64_t, std::vector<std::string>> applied_views_;  // members of rounds applied
   std::vector<std::string> round_members_;                      // this round's; empty: following
   bool member_ = false;
+  std::set<std::string> departed_;  // members of this round that announced "left"
   LagDeadline deadline_;
   std::set<std::string> lag_seen_;
   bool resync_needed_ = false;

@@ -35,7 +35,8 @@
 //   - followers whose newest heartbeat is fresh (--stale-after), says "ready" and shows them
 //     caught up (applied round >= r - 2).
 // A member that misses the contribution deadline is therefore out of the next view: a dead
-// worker costs the others one deadline (one failover timeout if it owned a shard of the round).
+// worker costs the others one deadline (one failover timeout if it owned a shard of the round;
+// none for a worker that announced "left": its successor takes over at the deadline).
 // A worker not in V_r follows: it waits for the round's agreements and applies them without
 // contributing. Joiners and restarted workers start that way from the newest folder checkpoint
 // (Note [Folder checkpoints] in folder_checkpoint.h), replay the rounds the folder keeps after

@@ -435,6 +435,49 @@ TEST(FolderExchange, HeartbeatsShowEachMembersRoundAndDeparture) {
   fs::remove_all(root);
 }
 
+// A shard owner that announced its departure is not waited for: its successor takes the shard
+// over at the contribution deadline, not after the failover timeout.
+TEST(FolderExchange, AnOwnerThatLeftIsReplacedWithoutTheFailoverTimeout) {
+  const fs::path root = fresh_dir("left_owner");
+  Cluster cluster{{"a", "b", "c"}, {{"a", 100}, {"b", 100}, {"c", 100}}, 3000};
+  FakeSyncers syncers(root, cluster.workers, false);
+  syncers.silence("b");  // b owns round 1's only shard ((0 + 1) mod 3) and is gone...
+  {
+    FolderExchangeConfig c = config_for(root, "b", cluster.workers, ExchangePattern::all_gather, codec::Codec::fp32);
+    make_folder_exchange(c)->leave();  // ...after saying so
+  }
+  for (const std::string to : {"a", "c"}) {  // its "left" heartbeat reached the others
+    for (const auto& hb : fs::recursive_directory_iterator(root / "b" / "outbox" / "members")) {
+      if (!hb.is_regular_file() || hb.path().extension() != ".gbx") continue;
+      const fs::path target = root / to / "inbox" / fs::relative(hb.path(), root / "b" / "outbox");
+      fs::create_directories(target.parent_path());
+      fs::copy_file(hb.path(), target);
+      write_file_atomic(target.string() + ".flag", "");
+    }
+  }
+  std::map<std::string, double> seconds;
+  std::vector<std::thread> threads;
+  for (const std::string worker : {"a", "c"}) {
+    threads.emplace_back([&, worker] {
+      FolderExchangeConfig c = config_for(root, worker, cluster.workers, ExchangePattern::all_gather, codec::Codec::fp32);
+      c.contribution_timeout_s = 0.3;
+      c.failover_timeout_s = 20;
+      auto exchange = make_folder_exchange(c);
+      std::vector<float> g = gradient(worker[0], cluster.n);
+      const auto start = std::chrono::steady_clock::now();
+      RoundResult result = exchange->all_reduce(1, g.data(), g.size(), {100, 1.0, false});
+      seconds[worker] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      EXPECT_EQ(result.contributors, 2) << worker;
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_LT(seconds["a"], 10.0);  // well under the 20 s failover timeout
+  EXPECT_LT(seconds["c"], 10.0);
+  EXPECT_EQ(stats_of(root, "a")["failovers"].get<int>() + stats_of(root, "c")["failovers"].get<int>(), 1);
+  syncers.stop();
+  fs::remove_all(root);
+}
+
 // Whole-run resume: a worker outside the last view, with nobody live, waits --stale-after for an
 // agreement, then becomes the view itself and carries on (Note [Elastic membership]).
 TEST(FolderExchange, WithNobodyLiveAFollowerResumesTheRunAlone) {
