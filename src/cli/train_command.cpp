@@ -11,7 +11,6 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "exchange/folder_exchange.h"
-#include "worker/checkpoint.h"
 #include "worker/sidecar.h"
 #include "worker/trainer.h"
 
@@ -278,8 +277,7 @@ void add_train_command(CLI::App& app) {
       };
       std::unique_ptr<exchange::GradientExchange> folder = exchange::make_folder_exchange(std::move(exchange));
       // Find the run and its newest state before the first round (Note [Elastic membership]).
-      const bool resumed = worker::find_latest_checkpoint(config.out_dir).has_value();
-      const exchange::JoinPlan plan = folder->join(config.out_dir, resumed ? trainer.step() : -1);
+      const exchange::JoinPlan plan = folder->join(config.out_dir, trainer.resumed() ? trainer.step() : -1);
       if (plan.checkpoint) trainer.resume_from(*plan.checkpoint);
       trainer.attach_exchange(std::move(folder), shared->overlap);
       // The founder publishes the initial weights; every other worker starts from them.

@@ -429,15 +429,7 @@ class FolderExchange final : public GradientExchange {
     return false;
   }
 
-  uint64_t newest_round_seen() const {
-    uint64_t newest = 0;
-    std::error_code ec;
-    for (fs::directory_iterator it(config_.local_dir / "inbox" / "rounds", ec), end; !ec && it != end; it.increment(ec)) {
-      unsigned long long r = 0;
-      if (std::sscanf(it->path().filename().c_str(), "r%llu", &r) == 1) newest = std::max<uint64_t>(newest, r);
-    }
-    return newest;
-  }
+  uint64_t newest_round_seen() const { return newest_round_folder(config_.local_dir / "inbox"); }
 
   // The newest folder checkpoint not known to be broken; waits for one when `wait` is set.
   std::optional<FolderCheckpoint> wait_for_newest_checkpoint(Clock::time_point start, bool wait) {
@@ -1361,6 +1353,16 @@ std::string round_dir_name(uint64_t round) {
   char name[32];
   std::snprintf(name, sizeof name, "rounds/r%08llu", static_cast<unsigned long long>(round));
   return name;
+}
+
+uint64_t newest_round_folder(const std::filesystem::path& root) {
+  uint64_t newest = 0;
+  std::error_code ec;
+  for (fs::directory_iterator it(root / "rounds", ec), end; !ec && it != end; it.increment(ec)) {
+    unsigned long long r = 0;
+    if (std::sscanf(it->path().filename().c_str(), "r%llu", &r) == 1) newest = std::max<uint64_t>(newest, r);
+  }
+  return newest;
 }
 
 std::string contribution_name(const std::string& worker, uint32_t shard) { return str("g-", worker, "-s", shard, ".gbx"); }

@@ -121,6 +121,7 @@ std::unique_ptr<GradientExchange> make_folder_exchange(FolderExchangeConfig conf
 
 // Names of the files in a round folder (also used by tests and the status command).
 std::string round_dir_name(uint64_t round);  // "rounds/r00000012"
+uint64_t newest_round_folder(const std::filesystem::path& root);  // under root/rounds; 0: none
 std::string contribution_name(const std::string& worker, uint32_t shard);
 std::string agreement_name(ExchangePattern pattern, uint32_t shard, uint32_t epoch, const std::string& owner);
 std::string fingerprint_name(const std::string& worker);

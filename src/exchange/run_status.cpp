@@ -10,6 +10,7 @@
 
 #include "common/atomic_file.h"
 #include "common/error.h"
+#include "exchange/folder_exchange.h"
 #include "wire/envelope.h"
 
 namespace gradbox::exchange {
@@ -91,11 +92,7 @@ RunStatus read_run_status(const fs::path& dir, double stale_after_s, const fs::p
     m.run_id = header.run_id();
     status.members.push_back(m);
   }
-  for (fs::directory_iterator r(dir / "rounds", ec), end; !ec && r != end; r.increment(ec)) {
-    unsigned long long round = 0;
-    if (std::sscanf(r->path().filename().c_str(), "r%llu", &round) == 1)
-      status.newest_round = std::max<uint64_t>(status.newest_round, round);
-  }
+  status.newest_round = newest_round_folder(dir);
   status.checkpoint = newest_checkpoint(dir, now);
   if (!local.empty() && fs::exists(local / "syncer" / "stats.json")) {
     const nlohmann::json stats = nlohmann::json::parse(read_file(local / "syncer" / "stats.json"), nullptr, false);

@@ -106,7 +106,10 @@ Trainer::Trainer(TrainConfig config) : config_(std::move(config)) {
 
   flags_ = config_;
   std::filesystem::create_directories(config_.out_dir);
-  if (std::optional<std::filesystem::path> latest = find_latest_checkpoint(config_.out_dir)) restore(*latest, mc);
+  if (std::optional<std::filesystem::path> latest = find_latest_checkpoint(config_.out_dir)) {
+    restore(*latest, mc);
+    resumed_ = true;
+  }
 
   // Each worker draws from its own stream: no coordination of data is needed.
   const std::string stream = config_.worker.empty() ? "train" : "train/" + config_.worker;

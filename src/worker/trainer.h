@@ -64,6 +64,7 @@ class Trainer {
   model::CausalLM& model() { return *model_; }
   FlatParameters& flat() { return *flat_; }
   int64_t step() const { return step_; }
+  bool resumed() const { return resumed_; }  // started from a checkpoint in its run folder
   const Runtime& runtime() const { return runtime_; }
 
  private:
@@ -120,6 +121,7 @@ class Trainer {
   std::map<uint64_t, exchange::AgreedControl> pending_controls_;  // by from_round
   double lr_multiplier_ = 1.0;
   bool reloaded_ = false;  // the last round reloaded the agreed state instead of stepping
+  bool resumed_ = false;
 };
 
 }  // namespace gradbox::worker
