@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "exchange/folder_exchange.h"
+#include "mirror/sync_contract.h"
 #include "worker/sidecar.h"
 #include "worker/trainer.h"
 
@@ -190,13 +191,13 @@ std::unique_ptr<worker::Sidecar> start_syncer(const SharedFlags& f, const std::f
   // Checkpoint parts are fetched only by a worker that loads the checkpoint; sharded
   // contributions only by their shard's owner.
   argv.push_back("--on-demand-prefix");
-  argv.push_back("part-");
+  argv.emplace_back(mirror::kCheckpointPartPrefix);
   if (pattern == exchange::ExchangePattern::sharded) {
     argv.push_back("--on-demand-prefix");
-    argv.push_back("g-");
+    argv.emplace_back(mirror::kContributionPrefix);
   }
   for (const std::string& arg : split(f.sync_args, ' ')) argv.push_back(arg);
-  return std::make_unique<worker::Sidecar>(argv, local / "syncer.log");
+  return std::make_unique<worker::Sidecar>(argv, local / mirror::kSyncerLogFile);
 }
 
 }  // namespace
@@ -267,21 +268,22 @@ void add_train_command(CLI::App& app) {
       const std::filesystem::path local = shared->local.empty() ? config.out_dir / "sync" : std::filesystem::path(shared->local);
       exchange::FolderExchangeConfig exchange = exchange_config(*shared, config, trainer, local);
       const exchange::ExchangePattern pattern = exchange.pattern;
-      // A run's folder is made by whoever comes first (an rclone remote makes its own).
-      if (shared->sync_backend != "rclone") std::filesystem::create_directories(shared->shared);
+      // A run's folder is made by whoever comes first (an rclone remote makes its own), but only
+      // inside an existing folder: a missing parent is an unmounted drive, not a new run.
+      if (shared->sync_backend != "rclone") {
+        std::filesystem::path run_folder = std::filesystem::absolute(shared->shared).lexically_normal();
+        if (!run_folder.has_filename()) run_folder = run_folder.parent_path();  // "a/run/" -> "a/run"
+        GB_REQUIRE(std::filesystem::is_directory(run_folder.parent_path()), "--shared ", shared->shared,
+                   ": the parent folder ", run_folder.parent_path().string(), " does not exist (is the drive mounted?)");
+        std::filesystem::create_directories(run_folder);
+      }
       syncer = start_syncer(*shared, local, pattern);
       worker::Sidecar* sidecar = syncer.get();
       exchange.check_alive = [sidecar, local] {
         if (sidecar && !sidecar->running())
-          throw std::runtime_error(str("the syncer (gradbox-sync) exited; see ", (local / "syncer.log").string()));
+          throw std::runtime_error(str("the syncer (gradbox-sync) exited; see ", (local / mirror::kSyncerLogFile).string()));
       };
-      std::unique_ptr<exchange::GradientExchange> folder = exchange::make_folder_exchange(std::move(exchange));
-      // Find the run and its newest state before the first round (Note [Elastic membership]).
-      const exchange::JoinPlan plan = folder->join(config.out_dir, trainer.resumed() ? trainer.step() : -1);
-      if (plan.checkpoint) trainer.resume_from(*plan.checkpoint);
-      trainer.attach_exchange(std::move(folder), shared->overlap);
-      // The founder publishes the initial weights; every other worker starts from them.
-      if (plan.founder && !plan.checkpoint && trainer.step() == 0) trainer.checkpoint_now();
+      trainer.join_run(exchange::make_folder_exchange(std::move(exchange)), shared->overlap);
     }
     std::signal(SIGINT, on_stop_signal);
     std::signal(SIGTERM, on_stop_signal);

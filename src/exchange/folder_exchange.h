@@ -8,14 +8,17 @@
 // so ownership rotates with the round and fails over in a fixed order.
 //
 //   1. Every worker writes its contribution to each shard, once, under a unique name:
-//        g-<worker>-s<k>.gbx     (GradientShard: tokens, loss, overflow, codec payload)
+//        g-<worker>-s<k>-<token>.gbx   (GradientShard: tokens, loss, overflow, codec payload;
+//                                       <token>: Note [Unpredictable names] in folder_names.h)
 //   2. The epoch-0 owner waits until every member's contribution is there or its
 //      contribution timeout passes, then publishes the agreement for the shard:
-//        all-gather:  c-s<k>-e<e>-<owner>.gbx   (RoundCommit: the contributors, pinned by checksum)
-//        sharded:     r-s<k>-e<e>-<owner>.gbx   (GradientShard reduced=true: the weighted
-//                                                average itself, with its contributors)
+//        all-gather:  c-s<k>-e<e>-<owner>-<token>.gbx   (RoundCommit: the contributors, each
+//                                                        pinned by file name and checksum)
+//        sharded:     r-s<k>-e<e>-<owner>-<token>.gbx   (GradientShard reduced=true: the
+//                                                        weighted average itself, with its contributors)
 //   3. Everyone applies, per shard, the lowest-epoch agreement it sees. If none has appeared
-//      e * failover_timeout after a worker's own contribution, the epoch-e owner publishes one.
+//      e * failover_timeout after a worker's own contribution, the epoch-e owner publishes one
+//      (within its window: Note [Seeing the folder]).
 //
 // Only the agreement decides who contributed, never each worker's own view; a slow owner and
 // its successor can still both publish (the folder is eventually consistent), so replicas
@@ -23,9 +26,8 @@
 // the elastic layer). Every replica decodes the same bytes and sums them in the same order
 // (sorted by worker), so identical inputs give bit-identical averages.
 //
-// Every worker also publishes its RunConfig (model, pattern, shards, codec). A peer whose
-// settings differ is refused: a worker that sees the mismatch on its first round exits with an
-// error naming the file and the setting; one already training leaves the stranger's files out.
+// Every worker also publishes its RunConfig (run_config_check.h); a peer whose settings differ
+// is refused.
 //
 // Note [Elastic membership]
 // Who is expected in round r (the view V_r) is itself agreed: shard 0's agreement of round r
@@ -44,7 +46,15 @@
 // them. Round folders are kept back to the second-newest folder checkpoint for that replay.
 // When nobody is live (every heartbeat stale or "left") a follower that has waited --stale-after
 // for an agreement, and has the smallest name among the fresh followers, makes itself the view:
-// the whole run resumes from where the folder's agreements end.
+// the whole run resumes from where the folder's agreements end. (A follower that computed no
+// gradient for that round agrees it empty: every replica skips it.)
+//
+// Heartbeats are judged by when they arrived here (on this machine's clock), never by the
+// writer's clock: a session whose clock runs ahead and then dies goes stale like any other.
+// Each heartbeat names its writer's incarnation, so two sessions under one name are told
+// apart: a joiner that finds a fresh heartbeat of another session under its own name waits for
+// it to go stale and refuses to start (InputError naming the name) if a newer one arrives; when
+// two sessions with one name run at once, the one that started later stops.
 //
 // The contribution deadline adapts to the lags observed between this worker's contribution and
 // its peers' (median + k * spread over recent rounds), within --deadline-floor and
@@ -64,10 +74,25 @@
 // repeats the control in effect, so followers and restarted workers learn it too, and the
 // trainer keeps it in its checkpoints.
 //
-// The local side (the syncer contract): this worker writes its files atomically into
-// <local>/outbox/<rel> and reads peers' files from <local>/inbox/<rel> only once
-// <local>/inbox/<rel>.flag exists. In the sharded pattern contributions are fetched on demand:
-// the worker creates <local>/requests/<rel> and only the owners download them.
+// The parts (each its own file): RoundAgreement (one round as a step machine), MembershipViews
+// and Heartbeats (who is expected, who is alive), ReplicaCheck (fingerprints and repair),
+// RunConfigCheck, ControlAgreement (live control), CheckpointDuty (folder checkpoints) and
+// collect_round_garbage, all over one ExchangeContext. They reach the shared folder and time
+// only through the seam (Note [The seam] in mirror/mirror.h); FolderExchange is the facade the
+// trainer sees, and owns the waiting.
+//
+// Note [Seeing the folder]
+// A worker that cannot see the shared folder (an unmounted Drive, a network outage, a blocked
+// upload) must not decide anything alone: to everyone else it has vanished, and they decide
+// without it. So (1) an owner agrees a round without a missing contribution only after the
+// syncer has completed two whole listings of the folder since the round began (a cut-off
+// worker's listings stop); (2) a worker applies its own agreement only once it has landed in
+// the shared folder, where the others can see it; (3) an owner publishes epoch e's agreement
+// only within its epoch's window (it closes when the next owner's opens), so an owner that
+// comes back late never competes with its successor; and (4) a follower resumes a run alone
+// only while it sees the folder. What is left (a late owner and its successor crossing near a
+// window's edge) is found by fingerprints, compared across everyone who publishes them, and
+// repaired.
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -75,57 +100,19 @@
 #include <string>
 #include <vector>
 
-#include "codec/codec.h"
+#include "exchange/exchange_config.h"
+#include "exchange/folder_names.h"
 #include "exchange/gradient_exchange.h"
+#include "mirror/clock.h"
+#include "mirror/mirror.h"
 
 namespace gradbox::exchange {
 
-enum class ExchangePattern { all_gather, sharded };
-ExchangePattern parse_pattern(const std::string& name);  // InputError naming --exchange
-const char* pattern_name(ExchangePattern pattern);
-
-struct FolderExchangeConfig {
-  std::string run_id;
-  uint64_t model_fingerprint = 0;
-  std::string model_config_json;  // published in run/config-<worker>.gbx for peers to check
-  std::string train_config_json;
-  std::string worker;
-  // The founding members (the whole first view when the run is new); empty: this worker alone.
-  // Later views come from the agreements (Note [Elastic membership]).
-  std::vector<std::string> members;
-  std::filesystem::path local_dir;
-  ExchangePattern pattern = ExchangePattern::all_gather;
-  uint32_t shard_count = 0;  // 0: the run's (a joiner adopts it); new runs: 1 for all-gather, one per founder for sharded
-  codec::CodecOptions codec;
-  double contribution_timeout_s = 30;  // the ceiling of the adaptive contribution deadline
-  double deadline_floor_s = 2;         // its floor
-  double deadline_k = 4;               // deadline = median lag + k * spread (MAD), clamped
-  double failover_timeout_s = 60;      // then the next owner in line takes the shard over
-  double give_up_timeout_s = 900;      // nothing waits forever
-  int64_t fingerprint_interval = 10;   // rounds between parameter fingerprints (0: never)
-  int64_t gc_window = 8;               // rounds kept behind the newest applied one
-  double poll_interval_s = 0.002;
-  double heartbeat_interval_s = 10;    // members/<worker>/hb-<unix ms>.gbx, newest kept
-  double stale_after_s = 60;           // a heartbeat older than this (writer's clock) is stale
-  double checkpoint_failover_s = 600;  // then the next in line publishes a missing checkpoint
-  size_t keep_folder_checkpoints = 2;
-  uint64_t checkpoint_part_bytes = 64ull << 20;
-  bool wait_for_syncer = false;        // join(): wait until the syncer has listed the folder once
-  // Called while waiting (about once a second); throws to abort, e.g. when the syncer died.
-  std::function<void()> check_alive;
-
-  void validate() const;  // InputError naming the flag
-};
-
+// A real run's exchange: the worker's local folder (config.local_dir) kept in step with the
+// shared folder by gradbox-sync, and the system clock.
 std::unique_ptr<GradientExchange> make_folder_exchange(FolderExchangeConfig config);
-
-// Names of the files in a round folder (also used by tests and the status command).
-std::string round_dir_name(uint64_t round);  // "rounds/r00000012"
-uint64_t newest_round_folder(const std::filesystem::path& root);  // under root/rounds; 0: none
-std::string contribution_name(const std::string& worker, uint32_t shard);
-std::string agreement_name(ExchangePattern pattern, uint32_t shard, uint32_t epoch, const std::string& owner);
-std::string fingerprint_name(const std::string& worker);
-std::string run_config_name(const std::string& worker);  // "run/config-<worker>.gbx"
-std::string heartbeat_name(const std::string& worker, int64_t unix_ms);  // "members/<worker>/hb-<ms>.gbx"
+// Over any mirror and clock (the simulator's); both must outlive the exchange.
+std::unique_ptr<GradientExchange> make_folder_exchange(FolderExchangeConfig config, mirror::Mirror& mirror,
+                                                       mirror::Clock& clock);
 
 }  // namespace gradbox::exchange

@@ -59,6 +59,11 @@ class GradientExchange {
   virtual RoundResult all_reduce(uint64_t round, float* grad, size_t n, const LocalContribution& mine) = 0;
   // Called once the round's update is applied, with the new parameters (replica checks).
   virtual void after_update(uint64_t round, const float* params, size_t n) {}
+  // After the run's last round: compares this replica's parameters with the other members'
+  // (waiting a bounded time for theirs). True when this replica is outside the agreed state:
+  // it must reload it (fetch_agreed_state) and replay the rounds it lacks. (A last round can
+  // diverge like any other, but no later round's fingerprints would show it.)
+  virtual bool final_check(uint64_t round, const float* params, size_t n) { return false; }
   // A clean exit (end of run, Ctrl-C, SIGTERM): tell the peers this worker is gone.
   virtual void leave() {}
   // A local checkpoint of `step` was written to `dir`: the exchange may publish it to the folder.

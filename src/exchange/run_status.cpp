@@ -11,6 +11,7 @@
 #include "common/atomic_file.h"
 #include "common/error.h"
 #include "exchange/folder_exchange.h"
+#include "mirror/sync_contract.h"
 #include "wire/envelope.h"
 
 namespace gradbox::exchange {
@@ -94,8 +95,8 @@ RunStatus read_run_status(const fs::path& dir, double stale_after_s, const fs::p
   }
   status.newest_round = newest_round_folder(dir);
   status.checkpoint = newest_checkpoint(dir, now);
-  if (!local.empty() && fs::exists(local / "syncer" / "stats.json")) {
-    const nlohmann::json stats = nlohmann::json::parse(read_file(local / "syncer" / "stats.json"), nullptr, false);
+  if (!local.empty() && fs::exists(local / mirror::kSyncerStatsFile)) {
+    const nlohmann::json stats = nlohmann::json::parse(read_file(local / mirror::kSyncerStatsFile), nullptr, false);
     if (stats.is_object() && stats.contains("quarantined_files"))
       for (const auto& q : stats["quarantined_files"])
         status.quarantined.push_back(q.value("path", "?") + ": " + q.value("reason", "?"));

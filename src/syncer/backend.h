@@ -25,6 +25,13 @@ class BackendError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The shared folder itself is missing (an unmounted drive, a deleted run folder). Backends never
+// recreate it; the syncer logs one line per outage for these and retries on every poll.
+class SharedFolderGone : public BackendError {
+ public:
+  using BackendError::BackendError;
+};
+
 // How an upload may treat an existing file at the destination.
 enum class UploadMode {
   create_new,         // fail if the destination exists (the normal, write-once case)

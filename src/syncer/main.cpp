@@ -1,6 +1,7 @@
 // gradbox-sync: keeps a worker's LOCAL outbox/inbox in step with the shared folder.
-// See syncer.h for the local-disk contract. Parses flags, builds the backend and the engine,
-// then polls on a Boost.Asio timer with transfers on a thread pool bounded by --jobs.
+// The local-disk contract is Note [The syncer contract] (mirror/sync_contract.h). Parses flags,
+// builds the backend and the engine, then polls on a Boost.Asio timer with transfers on a thread
+// pool bounded by --jobs.
 #include <signal.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "mirror/sync_contract.h"
 #include "syncer/mounted_backend.h"
 #include "syncer/rclone_backend.h"
 #include "syncer/sim_backend.h"
@@ -52,7 +54,9 @@ std::unique_ptr<Backend> make_backend(const Flags& f) {
                "--shared: '", f.shared, "' is not an rclone remote (name:path) for --backend rclone");
     return std::make_unique<RcloneBackend>(f.shared, f.rclone);
   }
-  GB_REQUIRE(fs::is_directory(f.shared), "--shared: '", f.shared, "' is not a directory (--backend ", f.backend, ")");
+  // Never created here: a missing shared folder is an unmounted drive, not a new run.
+  GB_REQUIRE(fs::is_directory(f.shared), "--shared: '", f.shared, "' is not a directory (--backend ", f.backend,
+             "; is the drive mounted?)");
   if (f.backend == "mounted") return std::make_unique<MountedBackend>(f.shared);
   SimOptions sim = f.sim;
   if (!f.sim_log.empty()) sim.log_path = f.sim_log;
@@ -136,10 +140,14 @@ int run_daemon(Syncer& syncer, const Flags& f) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"gradbox-sync: moves framed files between a worker's local outbox/inbox and the shared folder"};
+  CLI::App app{str("gradbox-sync: moves framed files between a worker's local ", mirror::kOutboxDir, "/",
+                   mirror::kInboxDir, " and the shared folder")};
   Flags f;
   app.add_option("--shared", f.shared, "Shared folder: a directory, or an rclone remote name:path")->required();
-  app.add_option("--local", f.local, "The worker's local directory (outbox/, inbox/, quarantine/, syncer/)")->required();
+  app.add_option("--local", f.local,
+                 str("The worker's local directory (", mirror::kOutboxDir, "/, ", mirror::kInboxDir, "/, ",
+                     mirror::kRequestsDir, "/, ", mirror::kQuarantineDir, "/, ", mirror::kSyncerStatsFile, ")"))
+      ->required();
   app.add_option("--worker", f.worker, "Worker name (logs; the simulator's viewer)");
   app.add_option("--backend", f.backend, "mounted | rclone | sim")->check(CLI::IsMember({"mounted", "rclone", "sim"}));
   app.add_option("--poll-ms", f.poll_ms, "Poll interval in ms")->check(CLI::Range(1, 3600000));
@@ -148,10 +156,12 @@ int main(int argc, char** argv) {
   app.add_option("--quarantine-after-s", f.quarantine_after_s, "Quarantine a file incomplete this long")->check(CLI::PositiveNumber);
   // One value per occurrence, so a prefix cannot swallow the next argument.
   app.add_option("--on-demand-prefix", f.on_demand_prefixes,
-                 "Fetch files named with this prefix only when <local>/requests/<path> exists (repeatable)")
+                 str("Fetch files named with this prefix only when <local>/", mirror::kRequestsDir,
+                     "/<path> exists (repeatable)"))
       ->allow_extra_args(false);
   app.add_option("--control-refresh-s", f.control_refresh_s,
-                 "Download control.json at least this often (an edit can keep its size)")->check(CLI::NonNegativeNumber);
+                 str("Download ", mirror::kControlFile, " at least this often (an edit can keep its size)"))
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--parent-pid", f.parent_pid, "Exit (after a final upload pass) when this process is gone")->check(CLI::PositiveNumber);
   app.add_flag("--once", f.once, "One full pass (upload, delete, download), then exit");
   app.add_option("--rclone", f.rclone, "rclone binary");

@@ -84,11 +84,37 @@ uint64_t copy_file_bytes(const fs::path& from, const fs::path& to, uint64_t limi
 
 MountedBackend::MountedBackend(fs::path root) : root_(std::move(root)) {}
 
+void MountedBackend::require_root() const {
+  std::error_code ec;
+  if (fs::is_directory(root_, ec)) return;
+  throw SharedFolderGone(str("the shared folder ", root_.string(), " is gone or unmounted (",
+                             ec ? ec.message() : std::string("not a directory"), "); it is never recreated here"));
+}
+
+void MountedBackend::make_dirs(const std::string& rel_dir) const {
+  fs::path dir = root_;
+  for (const auto& part : fs::path(rel_dir)) {
+    dir /= part;
+    int rc;
+    do rc = ::mkdir(dir.c_str(), 0755);
+    while (rc != 0 && errno == EINTR);
+    if (rc != 0 && errno != EEXIST) {
+      const int err = errno;
+      require_root();
+      throw BackendError(str("cannot create ", dir.string(), ": ", std::strerror(err)));
+    }
+  }
+}
+
 std::vector<RemoteEntry> MountedBackend::list() {
+  require_root();
   std::vector<RemoteEntry> out;
   std::error_code ec;
   fs::recursive_directory_iterator it(root_, fs::directory_options::skip_permission_denied, ec);
-  if (ec) throw BackendError(str("cannot list ", root_.string(), ": ", ec.message()));
+  if (ec) {
+    require_root();
+    throw BackendError(str("cannot list ", root_.string(), ": ", ec.message()));
+  }
   for (; it != fs::recursive_directory_iterator(); it.increment(ec)) {
     if (ec) break;  // a directory vanished under us: the next poll lists again
     std::error_code fec;
@@ -97,6 +123,8 @@ std::vector<RemoteEntry> MountedBackend::list() {
     if (fec) continue;  // deleted between listing and stat
     out.push_back({it->path().lexically_relative(root_).generic_string(), size});
   }
+  // The root itself gone mid-listing: what was seen is not a listing of the shared folder.
+  if (ec) require_root();
   return out;
 }
 
@@ -104,28 +132,41 @@ std::optional<uint64_t> MountedBackend::stat(const std::string& rel) {
   check_rel(rel);
   struct ::stat st {};
   if (::stat((root_ / rel).c_str(), &st) != 0) {
-    if (errno == ENOENT || errno == ENOTDIR) return std::nullopt;
-    throw BackendError(str("cannot stat ", (root_ / rel).string(), ": ", std::strerror(errno)));
+    const int err = errno;
+    if (err == ENOENT || err == ENOTDIR) {
+      require_root();  // absent from a missing folder is not "absent"
+      return std::nullopt;
+    }
+    throw BackendError(str("cannot stat ", (root_ / rel).string(), ": ", std::strerror(err)));
   }
   return static_cast<uint64_t>(st.st_size);
 }
 
 void MountedBackend::download(const std::string& rel, const fs::path& local_path) {
   check_rel(rel);
-  copy_file_bytes(root_ / rel, local_path);
+  try {
+    copy_file_bytes(root_ / rel, local_path);
+  } catch (const BackendError&) {
+    require_root();
+    throw;
+  }
 }
 
 void MountedBackend::upload(const fs::path& local_path, const std::string& rel, UploadMode mode) {
   check_rel(rel);
+  require_root();
   const fs::path dest = root_ / rel;
-  std::error_code ec;
-  fs::create_directories(dest.parent_path(), ec);
-  if (ec) throw BackendError(str("cannot create ", dest.parent_path().string(), ": ", ec.message()));
+  make_dirs(parent_rel(rel));
   Fd in(local_path, O_RDONLY);
   if (!in.ok()) in.fail("cannot open");
   if (mode == UploadMode::create_new) {
     Fd out(dest, O_WRONLY | O_CREAT | O_EXCL);  // write-once: never overwrite
-    if (!out.ok()) out.fail("cannot create");
+    if (!out.ok()) {
+      const int err = errno;
+      if (err == ENOENT) require_root();  // the root vanished since the check above
+      errno = err;
+      out.fail("cannot create");
+    }
     copy_fd(in, out, UINT64_MAX);
     out.sync();
     return;
@@ -133,7 +174,12 @@ void MountedBackend::upload(const fs::path& local_path, const std::string& rel, 
   // Finish our own interrupted upload: append the missing tail, never truncate (a reader sees a
   // growing prefix, i.e. `incomplete`, never different bytes).
   Fd out(dest, O_WRONLY | O_APPEND);
-  if (!out.ok()) out.fail("cannot open");
+  if (!out.ok()) {
+    const int err = errno;
+    if (err == ENOENT) require_root();  // the root vanished since the check above
+    errno = err;
+    out.fail("cannot open");
+  }
   struct ::stat st {};
   if (::fstat(out.get(), &st) != 0) out.fail("cannot stat");
   if (::lseek(in.get(), st.st_size, SEEK_SET) < 0) in.fail("cannot seek");
@@ -144,9 +190,10 @@ void MountedBackend::upload(const fs::path& local_path, const std::string& rel, 
 void MountedBackend::remove(const std::string& rel) {
   check_rel(rel);
   std::error_code ec;
-  fs::remove(root_ / rel, ec);
+  const bool removed = fs::remove(root_ / rel, ec);  // false, no error: it was not there
   if (ec && ec != std::errc::no_such_file_or_directory)
     throw BackendError(str("cannot delete ", (root_ / rel).string(), ": ", ec.message()));
+  if (!removed) require_root();  // already gone, unless the whole folder is: then it is not deleted yet
 }
 
 void MountedBackend::remove_empty_dirs(const std::string& rel_dir) {

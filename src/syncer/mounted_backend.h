@@ -2,6 +2,10 @@
 // The shared folder as a plain directory (a Drive/NFS mount). Uploads write the final name
 // directly, created exclusively (write-once; cloud mounts have lost renames); a reader that sees
 // the file half-written gets `incomplete` from wire::verify and retries later.
+//
+// The backend never creates the root: a missing one is an unmounted drive or a deleted run
+// folder, and a new empty folder in its place would let the worker go on alone in it. Every call
+// that meets a missing root throws SharedFolderGone; upload() makes only sub-folders below it.
 #include "syncer/backend.h"
 
 namespace gradbox::syncer {
@@ -19,6 +23,8 @@ class MountedBackend : public Backend {
   const fs::path& root() const { return root_; }
 
  private:
+  void require_root() const;                       // throws SharedFolderGone unless it is a folder
+  void make_dirs(const std::string& rel_dir) const;  // one mkdir per level below the root
   fs::path root_;
 };
 

@@ -17,9 +17,11 @@ const log::Logger& logger() {
   return l;
 }
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
+using mirror::kFlagSuffix;
+using mirror::kSentSuffix;
+
+// <rel> with a contract suffix (mirror::kSentSuffix, mirror::kFlagSuffix).
+std::string marked(const std::string& rel, std::string_view suffix) { return str(rel, suffix); }
 
 bool path_exists(const fs::path& p) {
   std::error_code ec;
@@ -60,6 +62,32 @@ std::string json_object_problem(const std::string& text) {
 }
 
 bool is_control_file(const std::string& rel) { return rel == kControlFile; }
+const std::string kControlRel(kControlFile);  // as a task's path
+
+// The worker's requests (Note [The syncer contract]): a request names a file, or a prefix of
+// the names of files in its folder. Each folder is read once per listing.
+class RequestIndex {
+ public:
+  explicit RequestIndex(fs::path root) : root_(std::move(root)) {}
+  bool wants(const std::string& rel) {
+    const fs::path path(rel);
+    const std::string dir = path.parent_path().generic_string();
+    const std::string name = path.filename().string();
+    auto [it, fresh] = folders_.try_emplace(dir);
+    if (fresh) {
+      std::error_code ec;
+      for (fs::directory_iterator f(root_ / dir, ec), end; !ec && f != end; f.increment(ec))
+        it->second.push_back(f->path().filename().string());
+    }
+    for (const std::string& prefix : it->second)
+      if (name.starts_with(prefix)) return true;
+    return false;
+  }
+
+ private:
+  fs::path root_;
+  std::map<std::string, std::vector<std::string>> folders_;
+};
 
 bool is_on_demand(const std::string& rel, const std::vector<std::string>& prefixes) {
   const std::string name = fs::path(rel).filename().string();
@@ -78,7 +106,7 @@ void fsync_file(const fs::path& path) {
 
 }  // namespace
 
-bool is_temp_name(const std::string& rel) { return rel.find(".tmp") != std::string::npos; }
+bool is_temp_name(const std::string& rel) { return rel.find(mirror::kTempMarker) != std::string::npos; }
 
 bool is_hidden_name(const std::string& rel) {
   for (const auto& part : fs::path(rel))
@@ -112,10 +140,10 @@ nlohmann::json SyncerStats::to_json() const {
 
 Syncer::Syncer(std::unique_ptr<Backend> backend, SyncerOptions options)
     : backend_(std::move(backend)), options_(std::move(options)) {
-  outbox_ = options_.local / "outbox";
-  inbox_ = options_.local / "inbox";
-  quarantine_ = options_.local / "quarantine";
-  stats_path_ = options_.local / "syncer" / "stats.json";
+  outbox_ = options_.local / mirror::kOutboxDir;
+  inbox_ = options_.local / mirror::kInboxDir;
+  quarantine_ = options_.local / mirror::kQuarantineDir;
+  stats_path_ = options_.local / mirror::kSyncerStatsFile;
   for (const auto& d : {outbox_, inbox_, quarantine_, stats_path_.parent_path()}) fs::create_directories(d);
 }
 
@@ -138,7 +166,7 @@ void Syncer::end(const std::string& rel) {
 void Syncer::changed() { ++version_; }
 
 bool Syncer::is_own(const std::string& rel) const {
-  return own_.count(rel) || path_exists(outbox_ / rel) || path_exists(outbox_ / (rel + ".sent"));
+  return own_.count(rel) || path_exists(outbox_ / rel) || path_exists(outbox_ / marked(rel, kSentSuffix));
 }
 
 std::vector<Task> Syncer::plan_uploads() {
@@ -147,9 +175,9 @@ std::vector<Task> Syncer::plan_uploads() {
   std::lock_guard lock(mutex_);
   for (const auto& rel : files) {
     // control.json is the operator's, edited in place in the shared folder: never overwritten.
-    if (is_temp_name(rel) || ends_with(rel, ".sent") || is_control_file(rel)) continue;
+    if (is_temp_name(rel) || rel.ends_with(kSentSuffix) || is_control_file(rel)) continue;
     own_.insert(rel);
-    if (conflicts_.count(rel) || path_exists(outbox_ / (rel + ".sent"))) continue;
+    if (conflicts_.count(rel) || path_exists(outbox_ / marked(rel, kSentSuffix))) continue;
     if (try_begin(rel)) tasks.push_back({Task::Kind::upload, rel, 0});
   }
   return tasks;
@@ -160,8 +188,8 @@ std::vector<Task> Syncer::plan_removals() {
   std::vector<std::string> files = scan(outbox_);
   std::lock_guard lock(mutex_);
   for (const auto& marker : files) {
-    if (is_temp_name(marker) || !ends_with(marker, ".sent")) continue;
-    std::string rel = marker.substr(0, marker.size() - 5);
+    if (is_temp_name(marker) || !marker.ends_with(kSentSuffix)) continue;
+    std::string rel = marker.substr(0, marker.size() - kSentSuffix.size());
     if (is_control_file(rel)) continue;  // never deleted: it is not ours
     own_.insert(rel);
     if (path_exists(outbox_ / rel)) continue;
@@ -175,12 +203,21 @@ std::vector<Task> Syncer::plan_downloads() {
   try {
     listing = backend_->list();
   } catch (const BackendError& e) {
-    logger().warn(str("listing the shared folder failed (retrying next poll): ", e.what()));
-    std::lock_guard lock(mutex_);
-    ++stats_.transfer_errors;
-    changed();
+    note_outage(str("cannot list the shared folder: ", e.what()));  // not a pass
     return {};
   }
+  std::optional<std::string> recovered;
+  {
+    std::lock_guard lock(mutex_);
+    if (outage_failures_ > 0) {
+      const double seconds = std::chrono::duration<double>(options_.now() - *outage_since_).count();
+      recovered = str("the shared folder lists again after ", outage_failures_, " failed calls in ", seconds,
+                      " s: carrying on");
+      outage_failures_ = 0;
+      outage_since_.reset();
+    }
+  }
+  if (recovered) logger().info(*recovered);
   std::map<std::string, uint64_t> entries;  // a listing may repeat an entry
   for (auto& e : listing) entries.emplace(e.rel, e.size);
 
@@ -188,7 +225,7 @@ std::vector<Task> Syncer::plan_downloads() {
   std::vector<std::pair<std::string, std::string>> expired;  // placeholders past the deadline
   {
     std::lock_guard lock(mutex_);
-    auto control = entries.find(kControlFile);
+    auto control = entries.find(kControlRel);
     if (control == entries.end()) {
       // Gone (or a lagging listing): the inbox copy stays; fetched at once when it is back.
       control_size_.reset();
@@ -197,17 +234,18 @@ std::vector<Task> Syncer::plan_downloads() {
       const auto now = options_.now();
       const bool due = control_size_ != control->second || !control_fetched_ ||
                        now - *control_fetched_ >= std::chrono::duration<double>(options_.control_refresh_s);
-      if (due && try_begin(kControlFile)) tasks.push_back({Task::Kind::control, kControlFile, control->second});
+      if (due && try_begin(kControlRel)) tasks.push_back({Task::Kind::control, kControlRel, control->second});
     }
+    RequestIndex requests(options_.local / mirror::kRequestsDir);
     for (const auto& [rel, size] : entries) {
       if (is_control_file(rel)) continue;
       if (is_temp_name(rel) || is_hidden_name(rel) || done_.count(rel) || is_own(rel)) continue;
-      if (path_exists(inbox_ / (rel + ".flag")) || path_exists(quarantine_ / rel)) {
+      if (path_exists(inbox_ / marked(rel, kFlagSuffix)) || path_exists(quarantine_ / rel)) {
         done_.insert(rel);  // flagged or quarantined by an earlier run
         continue;
       }
       if (in_flight_.count(rel)) continue;
-      if (is_on_demand(rel, options_.on_demand_prefixes) && !path_exists(options_.local / "requests" / rel)) continue;
+      if (is_on_demand(rel, options_.on_demand_prefixes) && !requests.wants(rel)) continue;
       if (size == 0) {  // a placeholder: not worth a download
         DownloadState& st = downloads_[rel];
         if (!st.placeholder_counted) {
@@ -250,13 +288,35 @@ void Syncer::execute(const Task& task) {
     }
   } catch (const std::exception& e) {
     // Backend failures and local I/O errors alike: counted, logged, retried on a later poll.
-    logger().warn(str(task.kind == Task::Kind::upload ? "upload of " : task.kind == Task::Kind::remove ? "deletion of " : "download of ",
-                      task.rel, " failed (retrying later): ", e.what()));
+    const char* verb = task.kind == Task::Kind::upload   ? "upload of "
+                       : task.kind == Task::Kind::remove ? "deletion of "
+                                                         : "download of ";
+    const std::string what = str(verb, task.rel, " failed (retrying later): ", e.what());
+    if (dynamic_cast<const SharedFolderGone*>(&e)) {
+      note_outage(what);  // one warning for the whole outage, not one per file and poll
+    } else {
+      logger().warn(what);
+      std::lock_guard lock(mutex_);
+      ++stats_.transfer_errors;
+      changed();
+    }
+  }
+  end(task.rel);
+}
+
+void Syncer::note_outage(const std::string& what) {
+  bool first;
+  {
     std::lock_guard lock(mutex_);
     ++stats_.transfer_errors;
     changed();
+    first = outage_failures_++ == 0;
+    if (first) outage_since_ = options_.now();
   }
-  end(task.rel);
+  if (first)
+    logger().warn(str(what, " (retrying every poll; passes stand still until the shared folder lists again)"));
+  else
+    logger().debug(what);
 }
 
 void Syncer::do_upload(const std::string& rel) {
@@ -268,7 +328,7 @@ void Syncer::do_upload(const std::string& rel) {
   bool resumed = false;
   if (remote && *remote < size) {
     // Our own interrupted upload (kill -9 mid-write)? Then its bytes are a prefix of ours.
-    fs::path tmp = options_.local / "syncer" / str("resume.tmp.", ::getpid());
+    fs::path tmp = stats_path_.parent_path() / str("resume", mirror::kTempMarker, ".", ::getpid());
     backend_->download(rel, tmp);
     std::string theirs = read_file(tmp), ours = read_file(local);
     fs::remove(tmp, ec);
@@ -289,7 +349,7 @@ void Syncer::do_upload(const std::string& rel) {
     return;
   }
   if (!remote) backend_->upload(local, rel, UploadMode::create_new);
-  write_file_atomic(outbox_ / (rel + ".sent"), "");
+  write_file_atomic(outbox_ / marked(rel, kSentSuffix), "");
   std::lock_guard lock(mutex_);
   if (remote && !resumed) {
     logger().info(str(rel, " is already in the shared folder with the same size: marked sent"));
@@ -304,7 +364,7 @@ void Syncer::do_upload(const std::string& rel) {
 void Syncer::do_remove(const std::string& rel) {
   backend_->remove(rel);
   std::error_code ec;
-  fs::remove(outbox_ / (rel + ".sent"), ec);
+  fs::remove(outbox_ / marked(rel, kSentSuffix), ec);
   try {
     backend_->remove_empty_dirs(parent_rel(rel));
   } catch (const BackendError& e) {
@@ -318,7 +378,7 @@ void Syncer::do_remove(const std::string& rel) {
 
 void Syncer::do_download(const std::string& rel) {
   const fs::path final_path = inbox_ / rel;
-  const fs::path tmp = inbox_ / str(rel, ".tmp.", ::getpid());
+  const fs::path tmp = inbox_ / str(rel, mirror::kTempMarker, ".", ::getpid());
   fs::create_directories(final_path.parent_path());
   {
     std::lock_guard lock(mutex_);
@@ -342,7 +402,7 @@ void Syncer::do_download(const std::string& rel) {
       fsync_file(tmp);
       fs::rename(tmp, final_path);
       fsync_dir(final_path.parent_path());
-      write_file_atomic(inbox_ / (rel + ".flag"), "");
+      write_file_atomic(inbox_ / marked(rel, kFlagSuffix), "");
       std::lock_guard lock(mutex_);
       done_.insert(rel);
       downloads_.erase(rel);
@@ -395,7 +455,7 @@ void Syncer::do_download(const std::string& rel) {
 
 void Syncer::do_control_download(const Task& task) {
   const fs::path final_path = inbox_ / kControlFile;
-  const fs::path tmp = inbox_ / str(kControlFile, ".tmp.", ::getpid());
+  const fs::path tmp = inbox_ / str(kControlFile, mirror::kTempMarker, ".", ::getpid());
   TempGuard guard{tmp};
   backend_->download(task.rel, tmp);
   const std::string text = read_file(tmp);

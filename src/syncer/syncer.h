@@ -1,22 +1,24 @@
 #pragma once
-// The syncer engine: the local-disk contract between a worker and the shared folder.
+// The syncer engine: one side of Note [The syncer contract] (mirror/sync_contract.h), which
+// names the local layout (outbox/, inbox/, requests/, quarantine/, syncer/stats.json) and the
+// markers. What the engine adds to it:
 //
-//   LOCAL/outbox/<rel>        published by the worker (atomically; names with ".tmp" ignored);
-//                             uploaded once to SHARED/<rel>, never overwriting, then
-//   LOCAL/outbox/<rel>.sent   written (empty, atomic). When <rel> is gone but .sent remains,
-//                             SHARED/<rel> is deleted, then .sent, then empty parent dirs.
-//   LOCAL/inbox/<rel>         a peer's file, verified complete (wire::verify_file) before the
-//   LOCAL/inbox/<rel>.flag    rename from <rel>.tmp.<pid>, then flagged. Never downloaded again
-//                             in this process's lifetime, nor when its .flag exists.
-//   LOCAL/quarantine/<rel>    bytes that never verified: unsupported at once, corrupt after
-//                             max_attempts, incomplete past quarantine_after. Never retried.
-//   LOCAL/inbox/control.json  SHARED/control.json, the run's control file: the one shared file
-//                             edited in place (by hand), so it is not verified, flagged or
-//                             quarantined. Downloaded when its listed size changes and every
-//                             control_refresh_s, and renamed over the old copy (atomically) only
-//                             when it parses as a JSON object and its bytes differ. Kept when it
-//                             leaves the listing. Never uploaded nor deleted by the syncer.
-//   LOCAL/syncer/stats.json   counters, rewritten atomically when they change.
+//   uploads     write-once: a shared name already holding other bytes is a conflict, logged once
+//               and never overwritten; a shorter prefix of our own bytes (our interrupted upload)
+//               is completed.
+//   downloads   copied to <rel>.tmp.<pid>, verified (wire::verify_file), renamed, then flagged.
+//               Never downloaded again in this process's lifetime, nor when its .flag exists.
+//   quarantine  unsupported or corrupt after max_attempts downloads, incomplete (or a 0-byte
+//               placeholder) past quarantine_after_s. Never retried.
+//   control     control.json is not verified, flagged or quarantined. Downloaded when its listed
+//               size changes and every control_refresh_s, and renamed over the old copy
+//               (atomically) only when it parses as a JSON object and its bytes differ. Kept when
+//               it leaves the listing. Never uploaded nor deleted by the syncer.
+//   outages     a listing that fails is not a pass: passes and settled_passes stand still while
+//               the shared folder cannot be listed (SharedFolderGone: unmounted or deleted; no
+//               backend recreates it). Each failed call counts in transfer_errors; one warning
+//               starts an outage and one line ends it, at the next good listing.
+//   stats       rewritten atomically when they change.
 //
 // The engine is driven in steps so tests are deterministic: plan_*() pick the work of one poll
 // (never a path already in flight) and execute() does one transfer; run_pass() does one whole
@@ -34,6 +36,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "mirror/sync_contract.h"
 #include "syncer/backend.h"
 
 namespace gradbox::syncer {
@@ -44,8 +47,8 @@ struct SyncerOptions {
   int max_attempts = 5;             // downloads of a corrupt file before quarantine
   double quarantine_after_s = 900;  // a file incomplete this long is quarantined
   // Files whose name starts with one of these are fetched only once the worker asks for them by
-  // creating <local>/requests/<rel> (sharded exchange: only a shard's owner needs its
-  // contributions; checkpoint parts only when restoring).
+  // creating <local>/requests/<rel> (mirror::kContributionPrefix: only a shard's owner needs
+  // them; mirror::kCheckpointPartPrefix: only when restoring).
   std::vector<std::string> on_demand_prefixes = {};
   // control.json is re-downloaded at least this often: an edit can keep its size.
   double control_refresh_s = 5;
@@ -129,6 +132,9 @@ class Syncer {
   bool note_incomplete(const std::string& rel, const std::string& reason, const std::string& bad_bytes_path);
   void quarantine(const std::string& rel, const std::string& reason, const fs::path& bad_bytes);
   void changed();
+  // A failed backend call that looks like an outage (a failed listing, a missing shared folder):
+  // counted; logged as a warning only when it starts one.
+  void note_outage(const std::string& what);
 
   std::unique_ptr<Backend> backend_;
   SyncerOptions options_;
@@ -146,17 +152,19 @@ class Syncer {
   std::optional<uint64_t> control_size_;
   std::optional<std::chrono::steady_clock::time_point> control_fetched_;
   std::set<uint64_t> control_rejected_;  // checksums of rejected contents: warned about once
+  uint64_t outage_failures_ = 0;         // failed calls since the last good listing (0: no outage)
+  std::optional<std::chrono::steady_clock::time_point> outage_since_;
   SyncerStats stats_;
   uint64_t version_ = 0;
   std::string last_stats_;
   std::chrono::steady_clock::time_point last_stats_write_{};
 };
 
-// The shared folder's control file (at its root) and its inbox copy; see the contract above.
-inline constexpr const char* kControlFile = "control.json";
+// The shared folder's control file (at its root) and its inbox copy: Note [The syncer contract].
+using mirror::kControlFile;
 
 // Name filters of the contract.
-bool is_temp_name(const std::string& rel);    // contains ".tmp"
+bool is_temp_name(const std::string& rel);    // contains mirror::kTempMarker
 bool is_hidden_name(const std::string& rel);  // a component starts with '.'
 
 }  // namespace gradbox::syncer

@@ -320,6 +320,13 @@ void Trainer::drain_exchange(double lr) {
   }
 }
 
+void Trainer::join_run(std::unique_ptr<exchange::GradientExchange> exchange, bool overlap) {
+  const exchange::JoinPlan plan = exchange->join(config_.out_dir, resumed_ ? step_ : -1);
+  if (plan.checkpoint) resume_from(*plan.checkpoint);
+  attach_exchange(std::move(exchange), overlap);
+  if (plan.founder && !plan.checkpoint && step_ == 0) checkpoint_now();
+}
+
 void Trainer::attach_exchange(std::unique_ptr<exchange::GradientExchange> exchange, bool overlap) {
   GB_REQUIRE(emulated_.empty(), "--emulate-workers: not with a shared folder");
   exchange_ = std::move(exchange);
@@ -401,51 +408,61 @@ TrainSummary Trainer::run(const StopPredicate& should_stop) {
   int64_t train_tokens = 0;
   double interval_seconds = 0.0;
   int64_t interval_tokens = 0;
-  while (step_ < config_.max_steps) {
-    const double lr = schedule_.at(step_);
-    const auto start = Clock::now();
-    const int64_t tokens_before = tokens_;
-    const double loss = train_step(lr);
-    if (reloaded_) {  // the step went back to the agreed state's
-      reloaded_ = false;
-      continue;
+  for (int final_checks = 0;; ++final_checks) {
+    while (step_ < config_.max_steps) {
+      const double lr = schedule_.at(step_);
+      const auto start = Clock::now();
+      const int64_t tokens_before = tokens_;
+      const double loss = train_step(lr);
+      if (reloaded_) {  // the step went back to the agreed state's
+        reloaded_ = false;
+        continue;
+      }
+      const int64_t step_tokens = tokens_ - tokens_before;  // all workers' when exchanging
+      ++step_;
+      const double seconds = seconds_since(start);
+      train_seconds += seconds;
+      train_tokens += step_tokens;
+      interval_seconds += seconds;
+      interval_tokens += step_tokens;
+      ++interval_steps;
+      summary.last_loss = loss;
+      metrics_->write({{"step", step_}, {"loss", loss}, {"lr", lr * lr_multiplier_}, {"grad_norm", last_grad_norm_},
+                       {"tokens", tokens_}, {"step_seconds", seconds}});
+      if (step_ % config_.log_interval == 0 || step_ == config_.max_steps) {
+        log_progress(loss, lr * lr_multiplier_, interval_seconds, interval_steps, interval_tokens);
+        interval_steps = 0;
+        interval_seconds = 0.0;
+        interval_tokens = 0;
+      }
+      if (config_.eval_interval > 0 && (step_ % config_.eval_interval == 0 || step_ == config_.max_steps)) {
+        summary.last_val_loss = evaluate();
+        metrics_->write({{"step", step_}, {"val_loss", summary.last_val_loss}});
+        logger().info(str("step ", step_, " | val loss ", format_number(summary.last_val_loss, "%.4f")));
+      }
+      const bool stop = should_stop && should_stop(step_);
+      const bool checkpoint_due = (config_.checkpoint_interval > 0 && step_ % config_.checkpoint_interval == 0) ||
+                                  step_ == config_.max_steps || stop;
+      if (checkpoint_due && config_.checkpoint_interval >= 0) {
+        drain_exchange(lr);  // a checkpoint holds every round up to its step
+        summary.last_checkpoint = checkpoint();
+      }
+      if (stop && step_ < config_.max_steps) {
+        summary.stopped_early = true;
+        logger().info(str("stopped at step ", step_, "; resume with the same command"));
+        break;
+      }
     }
-    const int64_t step_tokens = tokens_ - tokens_before;  // all workers' when exchanging
-    ++step_;
-    const double seconds = seconds_since(start);
-    train_seconds += seconds;
-    train_tokens += step_tokens;
-    interval_seconds += seconds;
-    interval_tokens += step_tokens;
-    ++interval_steps;
-    summary.last_loss = loss;
-    metrics_->write({{"step", step_}, {"loss", loss}, {"lr", lr * lr_multiplier_}, {"grad_norm", last_grad_norm_},
-                     {"tokens", tokens_}, {"step_seconds", seconds}});
-    if (step_ % config_.log_interval == 0 || step_ == config_.max_steps) {
-      log_progress(loss, lr * lr_multiplier_, interval_seconds, interval_steps, interval_tokens);
-      interval_steps = 0;
-      interval_seconds = 0.0;
-      interval_tokens = 0;
-    }
-    if (config_.eval_interval > 0 && (step_ % config_.eval_interval == 0 || step_ == config_.max_steps)) {
-      summary.last_val_loss = evaluate();
-      metrics_->write({{"step", step_}, {"val_loss", summary.last_val_loss}});
-      logger().info(str("step ", step_, " | val loss ", format_number(summary.last_val_loss, "%.4f")));
-    }
-    const bool stop = should_stop && should_stop(step_);
-    const bool checkpoint_due = (config_.checkpoint_interval > 0 && step_ % config_.checkpoint_interval == 0) ||
-                                step_ == config_.max_steps || stop;
-    if (checkpoint_due && config_.checkpoint_interval >= 0) {
-      drain_exchange(lr);  // a checkpoint holds every round up to its step
-      summary.last_checkpoint = checkpoint();
-    }
-    if (stop && step_ < config_.max_steps) {
-      summary.stopped_early = true;
-      logger().info(str("stopped at step ", step_, "; resume with the same command"));
+    drain_exchange(schedule_.at(step_));
+    // The replicas compare notes after the last round (GradientExchange::final_check); a minority
+    // one reloads the agreed state and replays the rounds it lacks, a bounded number of times.
+    if (!exchange_ || summary.stopped_early || final_checks >= 3) break;
+    torch::Tensor params = flat_->params().device().is_cpu() ? flat_->params() : flat_->params().to(torch::kCPU);
+    if (!exchange_->final_check(static_cast<uint64_t>(step_), params.data_ptr<float>(), static_cast<size_t>(params.numel())))
       break;
-    }
+    reload_agreed_state();
+    reloaded_ = false;
   }
-  drain_exchange(schedule_.at(step_));
   if (exchange_) exchange_->leave();  // done or stopped: the peers see "left", not a stale heartbeat
   summary.end_step = step_;
   summary.tokens_per_second = train_seconds > 0 ? static_cast<double>(train_tokens) / train_seconds : 0.0;

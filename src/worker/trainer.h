@@ -55,6 +55,11 @@ class Trainer {
   // overlap: round r's exchange runs while step r+1 computes; the update applied at each step
   // is the previous round's average (one step late), and the last one is applied at the end.
   void attach_exchange(std::unique_ptr<exchange::GradientExchange> exchange, bool overlap = false);
+  // Enters a many-worker run through `exchange` (Note [Elastic membership]): finds the run and
+  // its newest state, continues from it when it is newer than this worker's own, attaches the
+  // exchange, and, as the founder of a new run, publishes the initial weights (the step-0
+  // checkpoint every other worker starts from).
+  void join_run(std::unique_ptr<exchange::GradientExchange> exchange, bool overlap = false);
   double evaluate();  // mean validation loss over the fixed eval batches
   // Continues from a checkpoint folder (one fetched from a shared folder when joining a run).
   void resume_from(const std::filesystem::path& dir) { restore(dir, model_->config()); }

@@ -210,7 +210,7 @@ TEST_F(ElasticTest, AJoinerWithAnotherModelOrCodecIsRefused) {
   ASSERT_TRUE(wait_for([&] { return round_of(base, "a") >= 2; })) << logs(base, "a");
   ProcessResult model = run_process(worker_argv(base, "d", with(30, "", {"--model", "llama-tiny"})));
   EXPECT_EQ(model.exit_code, 2) << model.output;
-  EXPECT_TRUE(contains(model.output, "config-a.gbx")) << model.output;
+  EXPECT_TRUE(contains(model.output, "run/config-a-")) << model.output;
   EXPECT_TRUE(contains(model.output, "model")) << model.output;
   ProcessResult codec = run_process(worker_argv(base, "e", with(30, "", {"--codec", "int8"})));
   EXPECT_EQ(codec.exit_code, 2) << codec.output;

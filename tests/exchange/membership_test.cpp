@@ -6,7 +6,10 @@
 #include <filesystem>
 
 #include "common/atomic_file.h"
+#include "exchange/exchange_context.h"
 #include "exchange/membership.h"
+#include "mirror/memory_mirror.h"
+#include "mirror/virtual_clock.h"
 #include "wire/envelope.h"
 
 namespace gradbox::exchange {
@@ -45,46 +48,64 @@ TEST(LagDeadline, ForgetsLagsOutsideItsWindow) {
   EXPECT_EQ(d.samples(), 3u);
 }
 
-void write_heartbeat(const fs::path& inbox, const std::string& run, const std::string& worker, int64_t ms,
-                     const std::string& state, uint64_t round, bool flagged = true) {
+std::string heartbeat(const std::string& run, const std::string& worker, int64_t written_ms, const std::string& state,
+                      uint64_t round, uint64_t incarnation = 7) {
   wire::FileHeader header;
   header.set_run_id(run);
-  header.set_created_unix_ms(ms);
+  header.set_created_unix_ms(written_ms);
   wire::Heartbeat* hb = header.mutable_heartbeat();
   hb->set_worker(worker);
-  hb->set_sequence(static_cast<uint64_t>(ms));
+  hb->set_sequence(static_cast<uint64_t>(written_ms));
   hb->set_state(state);
   hb->set_applied_round(round);
-  char name[32];
-  std::snprintf(name, sizeof name, "hb-%013lld.gbx", static_cast<long long>(ms));
-  const fs::path path = inbox / "members" / worker / name;
-  fs::create_directories(path.parent_path());
-  write_file_atomic(path, wire::frame(header, {}));
-  if (flagged) write_file_atomic(path.string() + ".flag", "");
+  hb->set_incarnation(incarnation);
+  return wire::frame(header, {});
 }
 
-TEST(PeerHeartbeats, NewestFlaggedBeatOfThisRunPerPeerAndOlderOnesDropped) {
-  const fs::path inbox = fs::temp_directory_path() / ("gradbox_membership_" + std::to_string(::getpid()));
-  fs::remove_all(inbox);
-  const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          std::chrono::system_clock::now().time_since_epoch()).count();
-  write_heartbeat(inbox, "run", "a", now - 9000, "live", 5);
-  write_heartbeat(inbox, "run", "a", now - 2000, "ready", 7);
-  write_heartbeat(inbox, "run", "a", now - 100, "left", 8, /*flagged=*/false);  // still arriving
-  write_heartbeat(inbox, "run", "b", now - 1000, "joining", 3);
-  write_heartbeat(inbox, "other-run", "c", now - 1000, "live", 3);
-  write_heartbeat(inbox, "run", "me", now, "live", 9);
-
-  const std::map<std::string, PeerBeat> beats = read_peer_heartbeats(inbox, "run", "me");
-  ASSERT_EQ(beats.size(), 2u);  // not "me", not another run's
-  EXPECT_EQ(beats.at("a").state, "ready");
-  EXPECT_EQ(beats.at("a").applied_round, 7u);
-  EXPECT_NEAR(beats.at("a").age_s, 2.0, 1.0);
-  EXPECT_EQ(beats.at("b").state, "joining");
-  char older[32];
-  std::snprintf(older, sizeof older, "hb-%013lld.gbx", static_cast<long long>(now - 9000));
-  EXPECT_FALSE(fs::exists(inbox / "members" / "a" / older));  // an older mirror goes
-  fs::remove_all(inbox);
+// Newest per worker by arrival; ages from arrival on the reader's clock, whatever the writer's
+// clock says; another session under the reader's own name is reported apart.
+TEST(Heartbeats, NewestBeatOfThisRunPerPeerAgedByArrival) {
+  mirror::Simulation sim;
+  mirror::FolderFaults faults;
+  faults.lag_median_s = faults.lag_p90_s = 0.5;  // every file arrives 0.5 s after it is written
+  mirror::SimFolder folder(sim, 1, faults);
+  folder.disk("me");  // its syncer runs from the start
+  const int64_t start = sim.unix_ms();
+  auto put = [&](double t, const std::string& rel, std::string bytes) {
+    sim.at(t, [&folder, rel, bytes] { folder.inject(rel, bytes); });
+  };
+  put(1, "members/a/hb-0000000000001-x.gbx", heartbeat("run", "a", start + 1000, "live", 5));
+  // Written "10 minutes from now" by a clock that runs ahead: it still ages from its arrival.
+  put(8, "members/a/hb-0000000000002-x.gbx", heartbeat("run", "a", start + 608000, "ready", 7));
+  put(9, "members/b/hb-0000000000003-x.gbx", heartbeat("run", "b", start + 9000, "joining", 3));
+  put(9, "members/c/hb-0000000000004-x.gbx", heartbeat("other-run", "c", start + 9000, "live", 3));
+  put(9, "members/me/hb-0000000000005-x.gbx", heartbeat("run", "me", start + 9000, "live", 9, 1234));
+  FolderExchangeConfig config;
+  config.run_id = "run";
+  config.worker = "me";
+  std::map<std::string, PeerBeat> peers;
+  std::optional<PeerBeat> namesake;
+  bool forgot_older = false;
+  sim.spawn("me", [&](mirror::Clock& clock) {
+    clock.sleep_s(10.5);
+    ExchangeContext context(config, folder.disk("me"), clock);
+    Heartbeats beats(context);
+    beats.refresh();
+    peers = beats.peers();
+    namesake = beats.namesake();
+    forgot_older = folder.disk("me").list("members/a").size() == 1;
+  });
+  sim.run_until(20);
+  ASSERT_EQ(peers.size(), 2u);  // not "me", not another run's
+  EXPECT_EQ(peers.at("a").state, "ready");
+  EXPECT_EQ(peers.at("a").applied_round, 7u);
+  EXPECT_NEAR(peers.at("a").age_s, 2.0, 0.01);  // arrived at 8.5, read at 10.5
+  EXPECT_EQ(peers.at("b").state, "joining");
+  EXPECT_NEAR(peers.at("b").age_s, 1.0, 0.01);
+  ASSERT_TRUE(namesake.has_value());
+  EXPECT_EQ(namesake->incarnation, 1234u);
+  EXPECT_TRUE(forgot_older);  // the older mirrored beat is dropped
+  sim.kill_all();
 }
 
 }  // namespace

@@ -37,29 +37,29 @@ TEST(RcloneBackend, UploadDownloadDeleteCycle) {
 
   EXPECT_TRUE(b.backend().list().empty());
   std::string bytes = framed_file(21, 5000);
-  write_bytes(root / "a" / "outbox" / "round_1" / "g.a", bytes);
+  write_bytes(root / "a" / kOutboxDir / "round_1" / "g.a", bytes);
   a.run_pass();
   EXPECT_EQ(read_file(shared / "round_1" / "g.a"), bytes);
-  EXPECT_TRUE(fs::exists(root / "a" / "outbox" / "round_1" / "g.a.sent"));
+  EXPECT_TRUE(fs::exists(root / "a" / kOutboxDir / "round_1" / sent_of("g.a")));
   EXPECT_EQ(a.backend().stat("round_1/g.a"), bytes.size());
   EXPECT_EQ(a.backend().stat("round_1/nope"), std::nullopt);
-  EXPECT_EQ(files_under(root / "a" / "inbox"), std::vector<std::string>{});  // own file
+  EXPECT_EQ(files_under(root / "a" / kInboxDir), std::vector<std::string>{});  // own file
 
   b.run_pass();
-  EXPECT_EQ(read_file(root / "b" / "inbox" / "round_1" / "g.a"), bytes);
-  EXPECT_TRUE(fs::exists(root / "b" / "inbox" / "round_1" / "g.a.flag"));
+  EXPECT_EQ(read_file(root / "b" / kInboxDir / "round_1" / "g.a"), bytes);
+  EXPECT_TRUE(fs::exists(root / "b" / kInboxDir / "round_1" / flag_of("g.a")));
 
   // Write-once through rclone too: a different file under a taken name is refused.
-  write_bytes(root / "b" / "outbox" / "round_1" / "g.a", framed_file(22, 9000));
+  write_bytes(root / "b" / kOutboxDir / "round_1" / "g.a", framed_file(22, 9000));
   b.run_pass();
   EXPECT_EQ(read_file(shared / "round_1" / "g.a"), bytes);
   EXPECT_EQ(b.stats().upload_conflicts, 1u);
 
-  fs::remove(root / "a" / "outbox" / "round_1" / "g.a");
+  fs::remove(root / "a" / kOutboxDir / "round_1" / "g.a");
   a.run_pass();
   EXPECT_FALSE(fs::exists(shared / "round_1" / "g.a"));
   EXPECT_FALSE(fs::exists(shared / "round_1"));
-  EXPECT_FALSE(fs::exists(root / "a" / "outbox" / "round_1" / "g.a.sent"));
+  EXPECT_FALSE(fs::exists(root / "a" / kOutboxDir / "round_1" / sent_of("g.a")));
   EXPECT_EQ(a.stats().deleted, 1u);
   EXPECT_EQ(a.stats().transfer_errors, 0u);
 }

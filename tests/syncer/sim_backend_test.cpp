@@ -57,11 +57,11 @@ TEST(SimBackend, AllFaultsOnEveryFileArrivesIntactAndNonePartial) {
   for (;;) {
     syncer.run_pass();
     // Invariant at every step: whatever sits under a final inbox name is complete and flagged.
-    for (const auto& rel : files_under(local / "inbox")) {
-      ASSERT_EQ(rel.find(".tmp"), std::string::npos) << rel;
-      if (rel.size() > 5 && rel.substr(rel.size() - 5) == ".flag") continue;
-      ASSERT_TRUE(fs::exists(local / "inbox" / (rel + ".flag"))) << rel << " present but not flagged";
-      std::string bytes = read_file(local / "inbox" / rel);
+    for (const auto& rel : files_under(local / kInboxDir)) {
+      ASSERT_EQ(rel.find(kTempMarker), std::string::npos) << rel;
+      if (rel.ends_with(kFlagSuffix)) continue;
+      ASSERT_TRUE(fs::exists(local / kInboxDir / flag_of(rel))) << rel << " present but not flagged";
+      std::string bytes = read_file(local / kInboxDir / rel);
       ASSERT_EQ(checksum64(bytes.data(), bytes.size()), sums.at(rel)) << rel;
     }
     if (syncer.stats().flagged == sums.size() || std::chrono::steady_clock::now() > deadline) break;
@@ -83,7 +83,7 @@ TEST(SimBackend, AllFaultsOnEveryFileArrivesIntactAndNonePartial) {
   EXPECT_GT(s.incomplete_seen, 0u);
   EXPECT_GT(s.corrupt_seen, 0u);
   EXPECT_GT(s.placeholders_seen, 0u);
-  auto json = nlohmann::json::parse(read_file(local / "syncer" / "stats.json"));
+  auto json = nlohmann::json::parse(read_file(local / kSyncerStatsFile));
   EXPECT_GT(json["sim_faults"]["truncate"].get<int>(), 0);
 }
 

@@ -37,25 +37,25 @@ std::vector<std::string> sim_args(const fs::path& truth, const fs::path& root, c
 // a moment before its .flag (rename, then flag), but it must already verify complete.
 bool converged(const fs::path& local, size_t peer_files) {
   size_t flagged = 0;
-  for (const auto& rel : files_under(local / "inbox")) {
-    if (rel.find(".tmp") != std::string::npos || rel.ends_with(".flag")) continue;
-    if (wire::verify_file(local / "inbox" / rel).state != wire::FileState::complete) {
+  for (const auto& rel : files_under(local / kInboxDir)) {
+    if (rel.find(kTempMarker) != std::string::npos || rel.ends_with(kFlagSuffix)) continue;
+    if (wire::verify_file(local / kInboxDir / rel).state != wire::FileState::complete) {
       ADD_FAILURE() << rel << " under its final name does not verify";
       return false;
     }
-    if (fs::exists(local / "inbox" / (rel + ".flag"))) ++flagged;
+    if (fs::exists(local / kInboxDir / flag_of(rel))) ++flagged;
   }
   return flagged == peer_files;
 }
 
 nlohmann::json stats_of(const fs::path& local) {
-  return nlohmann::json::parse(read_file(local / "syncer" / "stats.json"));
+  return nlohmann::json::parse(read_file(local / kSyncerStatsFile));
 }
 
 void publish(const fs::path& local, const std::string& w, int count) {
   for (int i = 0; i < count; ++i) {
-    fs::create_directories(local / "outbox" / str("round_", i % 4));
-    write_file_atomic(local / "outbox" / str("round_", i % 4) / str(w, "_", i, ".bin"),
+    fs::create_directories(local / kOutboxDir / str("round_", i % 4));
+    write_file_atomic(local / kOutboxDir / str("round_", i % 4) / str(w, "_", i, ".bin"),
                       framed_file(std::hash<std::string>{}(w) + i, 500 + 131 * i));
   }
 }
@@ -136,26 +136,26 @@ TEST(SyncerProcess, ParentGoneMeansFinalUploadPassThenExit) {
   pid_t syncer = start_process({kSync, "--shared", shared.string(), "--local", (root / "w").string(), "--worker", "w",
                                 "--poll-ms", "3600000", "--parent-pid", std::to_string(sleeper)},
                                root / "w.log");
-  ASSERT_TRUE(wait_until([&] { return fs::exists(root / "w" / "syncer" / "stats.json"); }, 10));
+  ASSERT_TRUE(wait_until([&] { return fs::exists(root / "w" / kSyncerStatsFile); }, 10));
   EXPECT_EQ(stats_of(root / "w")["passes"], 1);  // written at once, though the next poll is an hour away
   // Published after the first poll: only the final pass can upload it (the departure heartbeat).
   std::string bye = framed_file(99);
-  fs::create_directories(root / "w" / "outbox" / "hb");
-  write_file_atomic(root / "w" / "outbox" / "hb" / "w.bye", bye);
+  fs::create_directories(root / "w" / kOutboxDir / "hb");
+  write_file_atomic(root / "w" / kOutboxDir / "hb" / "w.bye", bye);
   ::kill(sleeper, SIGKILL);
   wait_process(sleeper);
   auto t0 = Clock::now();
   EXPECT_EQ(wait_process(syncer), 0) << read_file(root / "w.log");
   EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 2.0);
   EXPECT_EQ(read_file(shared / "hb" / "w.bye"), bye);
-  EXPECT_TRUE(fs::exists(root / "w" / "outbox" / "hb" / "w.bye.sent"));
+  EXPECT_TRUE(fs::exists(root / "w" / kOutboxDir / "hb" / sent_of("w.bye")));
 }
 
 TEST(SyncerProcess, SigtermExitsZero) {
   fs::path root = fresh_dir("sigterm"), shared = root / "shared";
   fs::create_directories(shared);
   pid_t syncer = start_process({kSync, "--shared", shared.string(), "--local", (root / "w").string()}, root / "w.log");
-  ASSERT_TRUE(wait_until([&] { return fs::exists(root / "w" / "syncer" / "stats.json"); }, 10));
+  ASSERT_TRUE(wait_until([&] { return fs::exists(root / "w" / kSyncerStatsFile); }, 10));
   ::kill(syncer, SIGTERM);
   EXPECT_EQ(wait_process(syncer), 0) << read_file(root / "w.log");
 }
@@ -166,18 +166,19 @@ TEST(SyncerProcess, OncePassAndBadFlags) {
   write_bytes(shared / "x.bin", framed_file(5));
   auto once = run_process({kSync, "--once", "--shared", shared.string(), "--local", (root / "w").string()}, 30);
   EXPECT_EQ(once.exit_code, 0) << once.output;
-  EXPECT_TRUE(fs::exists(root / "w" / "inbox" / "x.bin.flag"));
+  EXPECT_TRUE(fs::exists(root / "w" / kInboxDir / flag_of("x.bin")));
 
-  // --on-demand-prefix repeats (as `gradbox train` passes "g-" and "part-"); control.json is mirrored.
-  write_bytes(shared / "r" / "g-a.gbx", framed_file(6));
-  write_bytes(shared / "ckpt" / "part-0.gbx", framed_file(7));
+  // --on-demand-prefix repeats (as `gradbox train` passes both prefixes); control.json is mirrored.
+  const std::string contribution(kContributionPrefix), part(kCheckpointPartPrefix);
+  write_bytes(shared / "r" / (contribution + "a.gbx"), framed_file(6));
+  write_bytes(shared / "ckpt" / (part + "0.gbx"), framed_file(7));
   write_bytes(shared / "r" / "c-a.gbx", framed_file(8));
-  write_bytes(shared / "control.json", R"({"micro_batch": 8})");
+  write_bytes(shared / kControlFile, R"({"micro_batch": 8})");
   auto on_demand = run_process({kSync, "--once", "--shared", shared.string(), "--local", (root / "w2").string(),
-                                "--on-demand-prefix", "g-", "--on-demand-prefix", "part-", "--control-refresh-s", "0"}, 30);
+                                "--on-demand-prefix", contribution, "--on-demand-prefix", part, "--control-refresh-s", "0"}, 30);
   EXPECT_EQ(on_demand.exit_code, 0) << on_demand.output;
-  EXPECT_EQ(files_under(root / "w2" / "inbox"), (std::vector<std::string>{"control.json", "r/c-a.gbx", "r/c-a.gbx.flag",
-                                                                          "x.bin", "x.bin.flag"}));
+  EXPECT_EQ(files_under(root / "w2" / kInboxDir), (std::vector<std::string>{std::string(kControlFile), "r/c-a.gbx",
+                                                                          flag_of("r/c-a.gbx"), "x.bin", flag_of("x.bin")}));
 
   struct Case {
     std::vector<std::string> args;

@@ -6,6 +6,7 @@
 
 #include "common/atomic_file.h"
 #include "common/checksum.h"
+#include "common/error.h"
 #include "syncer/mounted_backend.h"
 #include "syncer/syncer.h"
 #include "test_util.h"
@@ -36,7 +37,7 @@ struct Fixture {
     o.now = [this] { return now; };
     return o;
   }
-  nlohmann::json stats() { return nlohmann::json::parse(read_file(local / "syncer" / "stats.json")); }
+  nlohmann::json stats() { return nlohmann::json::parse(read_file(local / kSyncerStatsFile)); }
 };
 
 TEST(Syncer, CompleteFileIsVerifiedRenamedAndFlagged) {
@@ -44,54 +45,76 @@ TEST(Syncer, CompleteFileIsVerifiedRenamedAndFlagged) {
   std::string bytes = framed_file(1);
   write_bytes(f.shared / "r1" / "a.bin", bytes);
   f.syncer->run_pass();
-  EXPECT_EQ(read_file(f.local / "inbox" / "r1" / "a.bin"), bytes);
-  EXPECT_TRUE(fs::exists(f.local / "inbox" / "r1" / "a.bin.flag"));
-  EXPECT_EQ(files_under(f.local / "inbox"), (std::vector<std::string>{"r1/a.bin", "r1/a.bin.flag"}));
+  EXPECT_EQ(read_file(f.local / kInboxDir / "r1" / "a.bin"), bytes);
+  EXPECT_TRUE(fs::exists(f.local / kInboxDir / "r1" / flag_of("a.bin")));
+  EXPECT_EQ(files_under(f.local / kInboxDir), (std::vector<std::string>{"r1/a.bin", flag_of("r1/a.bin")}));
   EXPECT_EQ(f.stats()["flagged"], 1);
   // Never downloaded again in this lifetime, even after the worker collects it.
-  fs::remove(f.local / "inbox" / "r1" / "a.bin");
-  fs::remove(f.local / "inbox" / "r1" / "a.bin.flag");
+  fs::remove(f.local / kInboxDir / "r1" / "a.bin");
+  fs::remove(f.local / kInboxDir / "r1" / flag_of("a.bin"));
   f.syncer->run_pass();
-  EXPECT_FALSE(fs::exists(f.local / "inbox" / "r1" / "a.bin"));
+  EXPECT_FALSE(fs::exists(f.local / kInboxDir / "r1" / "a.bin"));
   EXPECT_EQ(f.stats()["flagged"], 1);
 }
 
 TEST(Syncer, OnDemandFilesWaitForARequest) {
   Fixture f("on_demand");
   SyncerOptions o = f.options();
-  o.on_demand_prefixes = {"g-", "part-"};  // as `gradbox train` starts gradbox-sync when sharded
+  // As `gradbox train` starts gradbox-sync when sharded.
+  o.on_demand_prefixes = {std::string(kContributionPrefix), std::string(kCheckpointPartPrefix)};
   f.start(o);
-  write_bytes(f.shared / "r1" / "g-a-s0.gbx", framed_file(5));
+  const std::string contribution = str(kContributionPrefix, "a-s0.gbx");
+  const std::string part0 = str(kCheckpointPartPrefix, "0.gbx"), part1 = str(kCheckpointPartPrefix, "1.gbx");
+  write_bytes(f.shared / "r1" / contribution, framed_file(5));
   write_bytes(f.shared / "r1" / "c-s0.gbx", framed_file(6));
-  write_bytes(f.shared / "ckpt" / "part-0.gbx", framed_file(7));
-  write_bytes(f.shared / "ckpt" / "part-1.gbx", framed_file(8));
+  write_bytes(f.shared / "ckpt" / part0, framed_file(7));
+  write_bytes(f.shared / "ckpt" / part1, framed_file(8));
   write_bytes(f.shared / "ckpt" / "manifest.gbx", framed_file(9));
   f.syncer->run_pass();
-  EXPECT_EQ(files_under(f.local / "inbox"), (std::vector<std::string>{"ckpt/manifest.gbx", "ckpt/manifest.gbx.flag",
-                                                                      "r1/c-s0.gbx", "r1/c-s0.gbx.flag"}));
-  write_bytes(f.local / "requests" / "r1" / "g-a-s0.gbx", "");
-  write_bytes(f.local / "requests" / "ckpt" / "part-1.gbx", "");
+  EXPECT_EQ(files_under(f.local / kInboxDir), (std::vector<std::string>{"ckpt/manifest.gbx", flag_of("ckpt/manifest.gbx"),
+                                                                      "r1/c-s0.gbx", flag_of("r1/c-s0.gbx")}));
+  write_bytes(f.local / kRequestsDir / "r1" / contribution, "");
+  write_bytes(f.local / kRequestsDir / "ckpt" / part1, "");
   f.syncer->run_pass();
-  EXPECT_TRUE(fs::exists(f.local / "inbox" / "r1" / "g-a-s0.gbx.flag"));
-  EXPECT_TRUE(fs::exists(f.local / "inbox" / "ckpt" / "part-1.gbx.flag"));
-  EXPECT_FALSE(fs::exists(f.local / "inbox" / "ckpt" / "part-0.gbx"));  // not asked for
+  EXPECT_TRUE(fs::exists(f.local / kInboxDir / "r1" / flag_of(contribution)));
+  EXPECT_TRUE(fs::exists(f.local / kInboxDir / "ckpt" / flag_of(part1)));
+  EXPECT_FALSE(fs::exists(f.local / kInboxDir / "ckpt" / part0));  // not asked for
   EXPECT_EQ(f.stats()["flagged"], 4);
+}
+
+// Names end in unpredictable tokens (Note [Unpredictable names]): a request may name the prefix
+// of the files it wants in a folder, and only those in that folder come.
+TEST(Syncer, ARequestForANamePrefixFetchesTheFilesItStarts) {
+  Fixture f("on_demand_prefix");
+  SyncerOptions o = f.options();
+  o.on_demand_prefixes = {std::string(kContributionPrefix)};
+  f.start(o);
+  const std::string mine = str(kContributionPrefix, "a-s0-0123456789abcdef.gbx");
+  const std::string other_shard = str(kContributionPrefix, "a-s1-0123456789abcdef.gbx");
+  write_bytes(f.shared / "r1" / mine, framed_file(5));
+  write_bytes(f.shared / "r1" / other_shard, framed_file(6));
+  write_bytes(f.shared / "r2" / mine, framed_file(7));
+  write_bytes(f.local / kRequestsDir / "r1" / str(kContributionPrefix, "a-s0-"), "");
+  f.syncer->run_pass();
+  EXPECT_TRUE(fs::exists(f.local / kInboxDir / "r1" / flag_of(mine)));
+  EXPECT_FALSE(fs::exists(f.local / kInboxDir / "r1" / other_shard));  // another shard: not asked for
+  EXPECT_FALSE(fs::exists(f.local / kInboxDir / "r2" / mine));         // another folder: not asked for
 }
 
 TEST(Syncer, ControlFileIsMirroredWhenItAppearsOrChanges) {
   Fixture f("control");  // control_refresh_s 5, on the fixture's clock
-  const fs::path mirrored = f.local / "inbox" / "control.json";
-  write_bytes(f.shared / "control.json", R"({"lr_multiplier": 0.5})");
+  const fs::path mirrored = f.local / kInboxDir / kControlFile;
+  write_bytes(f.shared / kControlFile, R"({"lr_multiplier": 0.5})");
   f.syncer->run_pass();
   EXPECT_EQ(read_file(mirrored), R"({"lr_multiplier": 0.5})");
-  EXPECT_EQ(files_under(f.local / "inbox"), std::vector<std::string>{"control.json"});  // no .flag, no temp
+  EXPECT_EQ(files_under(f.local / kInboxDir), std::vector<std::string>{std::string(kControlFile)});  // no .flag, no temp
   EXPECT_EQ(f.stats()["control_updates"], 1);
   // A new size is fetched at the next pass.
-  write_bytes(f.shared / "control.json", R"({"lr_multiplier": 0.25})");
+  write_bytes(f.shared / kControlFile, R"({"lr_multiplier": 0.25})");
   f.syncer->run_pass();
   EXPECT_EQ(read_file(mirrored), R"({"lr_multiplier": 0.25})");
   // The same size: only once control_refresh_s has passed.
-  write_bytes(f.shared / "control.json", R"({"lr_multiplier": 0.75})");
+  write_bytes(f.shared / kControlFile, R"({"lr_multiplier": 0.75})");
   f.syncer->run_pass();
   EXPECT_EQ(read_file(mirrored), R"({"lr_multiplier": 0.25})");
   f.now += std::chrono::seconds(6);
@@ -103,7 +126,7 @@ TEST(Syncer, ControlFileIsMirroredWhenItAppearsOrChanges) {
   f.syncer->run_pass();
   EXPECT_EQ(f.stats()["control_updates"], 3);
   // Gone from the shared folder: the last copy stays.
-  fs::remove(f.shared / "control.json");
+  fs::remove(f.shared / kControlFile);
   f.syncer->run_pass();
   EXPECT_EQ(read_file(mirrored), R"({"lr_multiplier": 0.75})");
   EXPECT_EQ(f.stats()["control_rejected"], 0);
@@ -114,11 +137,11 @@ TEST(Syncer, EditInPlaceOfTheSameSizeIsMirroredWithRefreshZero) {
   SyncerOptions o = f.options();
   o.control_refresh_s = 0;  // every pass fetches it
   f.start(o);
-  write_bytes(f.shared / "control.json", R"({"micro_batch": 8})");
+  write_bytes(f.shared / kControlFile, R"({"micro_batch": 8})");
   f.syncer->run_pass();
-  write_bytes(f.shared / "control.json", R"({"micro_batch": 4})");
+  write_bytes(f.shared / kControlFile, R"({"micro_batch": 4})");
   f.syncer->run_pass();
-  EXPECT_EQ(read_file(f.local / "inbox" / "control.json"), R"({"micro_batch": 4})");
+  EXPECT_EQ(read_file(f.local / kInboxDir / kControlFile), R"({"micro_batch": 4})");
   EXPECT_EQ(f.stats()["control_updates"], 2);
 }
 
@@ -127,19 +150,19 @@ TEST(Syncer, BrokenControlFileKeepsTheOldCopyAndIsCountedOnce) {
   SyncerOptions o = f.options();
   o.control_refresh_s = 0;
   f.start(o);
-  const fs::path mirrored = f.local / "inbox" / "control.json";
-  write_bytes(f.shared / "control.json", R"({"dropout": 0.1})");
+  const fs::path mirrored = f.local / kInboxDir / kControlFile;
+  write_bytes(f.shared / kControlFile, R"({"dropout": 0.1})");
   f.syncer->run_pass();
-  write_bytes(f.shared / "control.json", R"({"dropout": 0.2)");  // a half-saved edit
+  write_bytes(f.shared / kControlFile, R"({"dropout": 0.2)");  // a half-saved edit
   for (int i = 0; i < 3; ++i) f.syncer->run_pass();
   EXPECT_EQ(read_file(mirrored), R"({"dropout": 0.1})");
   EXPECT_EQ(f.stats()["control_rejected"], 1);  // one warning per distinct content
-  write_bytes(f.shared / "control.json", "[0.2]");  // JSON, but not an object
+  write_bytes(f.shared / kControlFile, "[0.2]");  // JSON, but not an object
   f.syncer->run_pass();
   EXPECT_EQ(read_file(mirrored), R"({"dropout": 0.1})");
   EXPECT_EQ(f.stats()["control_rejected"], 2);
-  EXPECT_EQ(files_under(f.local / "inbox"), std::vector<std::string>{"control.json"});
-  write_bytes(f.shared / "control.json", R"({"dropout": 0.2})");  // fixed
+  EXPECT_EQ(files_under(f.local / kInboxDir), std::vector<std::string>{std::string(kControlFile)});
+  write_bytes(f.shared / kControlFile, R"({"dropout": 0.2})");  // fixed
   f.syncer->run_pass();
   EXPECT_EQ(read_file(mirrored), R"({"dropout": 0.2})");
   EXPECT_EQ(f.stats()["control_updates"], 2);
@@ -147,27 +170,27 @@ TEST(Syncer, BrokenControlFileKeepsTheOldCopyAndIsCountedOnce) {
 
 TEST(Syncer, ControlFileIsNeverFlaggedQuarantinedUploadedOrDeleted) {
   Fixture f("control_never", /*max_attempts=*/2, /*quarantine_after_s=*/5);
-  write_bytes(f.shared / "control.json", "not json");  // not a framed file either
+  write_bytes(f.shared / kControlFile, "not json");  // not a framed file either
   for (int i = 0; i < 4; ++i) {
     f.syncer->run_pass();
     f.now += std::chrono::seconds(6);
   }
-  EXPECT_EQ(files_under(f.local / "quarantine"), std::vector<std::string>{});
-  EXPECT_EQ(files_under(f.local / "inbox"), std::vector<std::string>{});
+  EXPECT_EQ(files_under(f.local / kQuarantineDir), std::vector<std::string>{});
+  EXPECT_EQ(files_under(f.local / kInboxDir), std::vector<std::string>{});
   EXPECT_EQ(f.stats()["quarantined"], 0);
   EXPECT_EQ(f.stats()["control_rejected"], 1);
   // A control.json in the outbox (the worker never writes one) is not published, and a stray
   // .sent marker does not delete the operator's file.
-  fs::remove(f.shared / "control.json");
-  write_bytes(f.local / "outbox" / "control.json", R"({"micro_batch": 64})");
+  fs::remove(f.shared / kControlFile);
+  write_bytes(f.local / kOutboxDir / kControlFile, R"({"micro_batch": 64})");
   f.syncer->run_pass();
-  EXPECT_FALSE(fs::exists(f.shared / "control.json"));
-  fs::remove(f.local / "outbox" / "control.json");
-  write_bytes(f.shared / "control.json", R"({"micro_batch": 2})");
-  write_bytes(f.local / "outbox" / "control.json.sent", "");
+  EXPECT_FALSE(fs::exists(f.shared / kControlFile));
+  fs::remove(f.local / kOutboxDir / kControlFile);
+  write_bytes(f.shared / kControlFile, R"({"micro_batch": 2})");
+  write_bytes(f.local / kOutboxDir / sent_of(std::string(kControlFile)), "");
   f.syncer->run_pass();
-  EXPECT_EQ(read_file(f.shared / "control.json"), R"({"micro_batch": 2})");
-  EXPECT_EQ(read_file(f.local / "inbox" / "control.json"), R"({"micro_batch": 2})");
+  EXPECT_EQ(read_file(f.shared / kControlFile), R"({"micro_batch": 2})");
+  EXPECT_EQ(read_file(f.local / kInboxDir / kControlFile), R"({"micro_batch": 2})");
   auto s = f.stats();
   EXPECT_EQ(s["uploaded"], 0);
   EXPECT_EQ(s["deleted"], 0);
@@ -216,13 +239,13 @@ TEST(Syncer, HalfWrittenFileIsNeverFlaggedUntilFinished) {
   std::string bytes = framed_file(2, 1000);
   write_bytes(f.shared / "a.bin", bytes.substr(0, 500));
   for (int i = 0; i < 3; ++i) f.syncer->run_pass();
-  EXPECT_EQ(files_under(f.local / "inbox"), std::vector<std::string>{});
+  EXPECT_EQ(files_under(f.local / kInboxDir), std::vector<std::string>{});
   EXPECT_EQ(f.stats()["incomplete_seen"], 3);
   EXPECT_EQ(f.stats()["flagged"], 0);
   write_bytes(f.shared / "a.bin", bytes);
   f.syncer->run_pass();
-  EXPECT_EQ(read_file(f.local / "inbox" / "a.bin"), bytes);
-  EXPECT_TRUE(fs::exists(f.local / "inbox" / "a.bin.flag"));
+  EXPECT_EQ(read_file(f.local / kInboxDir / "a.bin"), bytes);
+  EXPECT_TRUE(fs::exists(f.local / kInboxDir / flag_of("a.bin")));
   EXPECT_EQ(f.stats()["retries"], 3);
 }
 
@@ -233,11 +256,11 @@ TEST(Syncer, PlaceholderIsCountedNotDownloaded) {
   f.syncer->run_pass();
   EXPECT_EQ(f.stats()["placeholders_seen"], 1);
   EXPECT_EQ(f.stats()["bytes_downloaded"], 0);
-  EXPECT_EQ(files_under(f.local / "inbox"), std::vector<std::string>{});
+  EXPECT_EQ(files_under(f.local / kInboxDir), std::vector<std::string>{});
   // Stuck past --quarantine-after-s: quarantined, never flagged.
   f.now += std::chrono::seconds(11);
   f.syncer->run_pass();
-  EXPECT_TRUE(fs::exists(f.local / "quarantine" / "p.bin"));
+  EXPECT_TRUE(fs::exists(f.local / kQuarantineDir / "p.bin"));
   EXPECT_EQ(f.stats()["quarantined"], 1);
 }
 
@@ -248,10 +271,10 @@ TEST(Syncer, IncompletePastDeadlineIsQuarantined) {
   f.syncer->run_pass();
   f.now += std::chrono::seconds(6);
   f.syncer->run_pass();
-  EXPECT_EQ(read_file(f.local / "quarantine" / "a.bin"), bytes.substr(0, 100));
+  EXPECT_EQ(read_file(f.local / kQuarantineDir / "a.bin"), bytes.substr(0, 100));
   write_bytes(f.shared / "a.bin", bytes);
   f.syncer->run_pass();
-  EXPECT_FALSE(fs::exists(f.local / "inbox" / "a.bin.flag"));
+  EXPECT_FALSE(fs::exists(f.local / kInboxDir / flag_of("a.bin")));
 }
 
 TEST(Syncer, CorruptIsRetriedThenQuarantined) {
@@ -267,8 +290,8 @@ TEST(Syncer, CorruptIsRetriedThenQuarantined) {
   ASSERT_EQ(s["quarantined_files"].size(), 1u);
   EXPECT_EQ(s["quarantined_files"][0]["path"], "c.bin");
   EXPECT_NE(s["quarantined_files"][0]["reason"].get<std::string>().find("payload checksum"), std::string::npos);
-  EXPECT_EQ(read_file(f.local / "quarantine" / "c.bin"), bytes);
-  EXPECT_EQ(files_under(f.local / "inbox"), std::vector<std::string>{});
+  EXPECT_EQ(read_file(f.local / kQuarantineDir / "c.bin"), bytes);
+  EXPECT_EQ(files_under(f.local / kInboxDir), std::vector<std::string>{});
 }
 
 TEST(Syncer, CorruptThatHealsIsFlagged) {
@@ -280,8 +303,8 @@ TEST(Syncer, CorruptThatHealsIsFlagged) {
   f.syncer->run_pass();
   write_bytes(f.shared / "c.bin", good);  // stale content after an overwrite heals
   f.syncer->run_pass();
-  EXPECT_EQ(read_file(f.local / "inbox" / "c.bin"), good);
-  EXPECT_TRUE(fs::exists(f.local / "inbox" / "c.bin.flag"));
+  EXPECT_EQ(read_file(f.local / kInboxDir / "c.bin"), good);
+  EXPECT_TRUE(fs::exists(f.local / kInboxDir / flag_of("c.bin")));
   EXPECT_EQ(f.stats()["quarantined"], 0);
 }
 
@@ -317,8 +340,8 @@ TEST(Syncer, UnsupportedVersionsAreQuarantinedAfterRetries) {
   auto s = f.stats();
   EXPECT_EQ(s["quarantined"], 2);
   EXPECT_EQ(s["corrupt_seen"], 0);
-  EXPECT_TRUE(fs::exists(f.local / "quarantine" / "v2.bin"));
-  EXPECT_TRUE(fs::exists(f.local / "quarantine" / "w99.bin"));
+  EXPECT_TRUE(fs::exists(f.local / kQuarantineDir / "v2.bin"));
+  EXPECT_TRUE(fs::exists(f.local / kQuarantineDir / "w99.bin"));
   f.syncer->run_pass();
   EXPECT_EQ(f.stats()["bytes_downloaded"], s["bytes_downloaded"]);  // never retried
 }
@@ -326,17 +349,18 @@ TEST(Syncer, UnsupportedVersionsAreQuarantinedAfterRetries) {
 TEST(Syncer, OutboxUploadOnceNoOverwriteDeleteAndOwnFilesStayLocal) {
   Fixture f("outbox");
   std::string mine = framed_file(7), other = framed_file(8, 100);
-  write_bytes(f.local / "outbox" / "round_1" / "g.me", mine);
-  write_bytes(f.local / "outbox" / "round_1" / "x.tmp.123", "junk");  // worker's temp: ignored
-  write_bytes(f.local / "outbox" / "taken.bin", mine);
+  write_bytes(f.local / kOutboxDir / "round_1" / "g.me", mine);
+  const std::string worker_temp = str("x", kTempMarker, ".123");
+  write_bytes(f.local / kOutboxDir / "round_1" / worker_temp, "junk");  // worker's temp: ignored
+  write_bytes(f.local / kOutboxDir / "taken.bin", mine);
   write_bytes(f.shared / "taken.bin", other);  // someone else's bytes under our name
   f.syncer->run_pass();
   EXPECT_EQ(read_file(f.shared / "round_1" / "g.me"), mine);
-  EXPECT_TRUE(fs::exists(f.local / "outbox" / "round_1" / "g.me.sent"));
-  EXPECT_FALSE(fs::exists(f.shared / "round_1" / "x.tmp.123"));
+  EXPECT_TRUE(fs::exists(f.local / kOutboxDir / "round_1" / sent_of("g.me")));
+  EXPECT_FALSE(fs::exists(f.shared / "round_1" / worker_temp));
   EXPECT_EQ(read_file(f.shared / "taken.bin"), other);  // never overwritten
-  EXPECT_FALSE(fs::exists(f.local / "outbox" / "taken.bin.sent"));
-  EXPECT_EQ(files_under(f.local / "inbox"), std::vector<std::string>{});  // own files not downloaded
+  EXPECT_FALSE(fs::exists(f.local / kOutboxDir / sent_of("taken.bin")));
+  EXPECT_EQ(files_under(f.local / kInboxDir), std::vector<std::string>{});  // own files not downloaded
   auto s = f.stats();
   EXPECT_EQ(s["uploaded"], 1);
   EXPECT_EQ(s["upload_conflicts"], 1);
@@ -344,23 +368,23 @@ TEST(Syncer, OutboxUploadOnceNoOverwriteDeleteAndOwnFilesStayLocal) {
   f.syncer->run_pass();
   EXPECT_EQ(f.stats()["uploaded"], 1);
   // The worker collects its file: the shared copy, the marker and the empty folder go.
-  fs::remove(f.local / "outbox" / "round_1" / "g.me");
+  fs::remove(f.local / kOutboxDir / "round_1" / "g.me");
   f.syncer->run_pass();
   EXPECT_FALSE(fs::exists(f.shared / "round_1"));
-  EXPECT_FALSE(fs::exists(f.local / "outbox" / "round_1" / "g.me.sent"));
+  EXPECT_FALSE(fs::exists(f.local / kOutboxDir / "round_1" / sent_of("g.me")));
   EXPECT_EQ(f.stats()["deleted"], 1);
 }
 
 TEST(Syncer, SameSizeSharedFileCountsAsUploadedAndPartialOwnUploadIsCompleted) {
   Fixture f("restart");
   std::string a = framed_file(9), b = framed_file(10, 2000);
-  write_bytes(f.local / "outbox" / "a", a);
+  write_bytes(f.local / kOutboxDir / "a", a);
   write_bytes(f.shared / "a", a);  // uploaded before a restart, marker lost
-  write_bytes(f.local / "outbox" / "b", b);
+  write_bytes(f.local / kOutboxDir / "b", b);
   write_bytes(f.shared / "b", b.substr(0, 700));  // killed mid-upload
   f.syncer->run_pass();
-  EXPECT_TRUE(fs::exists(f.local / "outbox" / "a.sent"));
-  EXPECT_TRUE(fs::exists(f.local / "outbox" / "b.sent"));
+  EXPECT_TRUE(fs::exists(f.local / kOutboxDir / sent_of("a")));
+  EXPECT_TRUE(fs::exists(f.local / kOutboxDir / sent_of("b")));
   EXPECT_EQ(read_file(f.shared / "b"), b);
   EXPECT_EQ(f.stats()["uploaded"], 1);
 }
@@ -369,10 +393,10 @@ TEST(Syncer, FlagFromEarlierRunIsRespectedAndHiddenAndTempNamesSkipped) {
   Fixture f("skip");
   write_bytes(f.shared / "a", framed_file(11));
   write_bytes(f.shared / ".hidden", framed_file(12));
-  write_bytes(f.shared / "b.tmp.5", framed_file(13));
-  write_bytes(f.local / "inbox" / "a.flag", "");
+  write_bytes(f.shared / str("b", kTempMarker, ".5"), framed_file(13));
+  write_bytes(f.local / kInboxDir / flag_of("a"), "");
   f.syncer->run_pass();
-  EXPECT_EQ(files_under(f.local / "inbox"), std::vector<std::string>{"a.flag"});
+  EXPECT_EQ(files_under(f.local / kInboxDir), std::vector<std::string>{flag_of("a")});
 }
 
 }  // namespace

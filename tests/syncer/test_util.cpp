@@ -35,6 +35,9 @@ void write_bytes(const fs::path& path, const std::string& bytes) {
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
+std::string flag_of(const std::string& rel) { return str(rel, kFlagSuffix); }
+std::string sent_of(const std::string& rel) { return str(rel, kSentSuffix); }
+
 std::vector<std::string> files_under(const fs::path& dir) {
   std::vector<std::string> out;
   if (!fs::exists(dir)) return out;

@@ -3,9 +3,26 @@
 #include <string>
 #include <vector>
 
+#include "mirror/sync_contract.h"
+
 namespace gradbox::syncer::testing {
 
 namespace fs = std::filesystem;
+
+// The local names of Note [The syncer contract].
+using mirror::kCheckpointPartPrefix;
+using mirror::kContributionPrefix;
+using mirror::kControlFile;
+using mirror::kFlagSuffix;
+using mirror::kInboxDir;
+using mirror::kOutboxDir;
+using mirror::kQuarantineDir;
+using mirror::kRequestsDir;
+using mirror::kSentSuffix;
+using mirror::kSyncerStatsFile;
+using mirror::kTempMarker;
+std::string flag_of(const std::string& rel);  // rel's inbox flag: rel + kFlagSuffix
+std::string sent_of(const std::string& rel);  // rel's outbox marker: rel + kSentSuffix
 
 // An empty directory unique to this process and name.
 fs::path fresh_dir(const std::string& name);

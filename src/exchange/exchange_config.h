@@ -1,0 +1,55 @@
+#pragma once
+// The settings of one worker's folder exchange, in one place with their defaults and checks.
+// Torch- and protobuf-free.
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "codec/codec.h"
+
+namespace gradbox::exchange {
+
+enum class ExchangePattern { all_gather, sharded };
+ExchangePattern parse_pattern(const std::string& name);  // InputError naming --exchange
+const char* pattern_name(ExchangePattern pattern);
+
+struct FolderExchangeConfig {
+  std::string run_id;
+  uint64_t model_fingerprint = 0;
+  std::string model_config_json;  // published in run/config-<worker>-<token>.gbx for peers to check
+  std::string train_config_json;
+  std::string worker;
+  // The founding members (the whole first view when the run is new); empty: this worker alone.
+  // Later views come from the agreements (Note [Elastic membership]).
+  std::vector<std::string> members;
+  // Where exchange/stats.json goes, and the default DiskMirror's folder (empty: no stats file).
+  std::filesystem::path local_dir;
+  ExchangePattern pattern = ExchangePattern::all_gather;
+  uint32_t shard_count = 0;  // 0: the run's (a joiner adopts it); new runs: 1 for all-gather, one per founder for sharded
+  codec::CodecOptions codec;
+  double contribution_timeout_s = 30;  // the ceiling of the adaptive contribution deadline
+  double deadline_floor_s = 2;         // its floor
+  double deadline_k = 4;               // deadline = median lag + k * spread (MAD), clamped
+  double failover_timeout_s = 60;      // then the next owner in line takes the shard over
+  double give_up_timeout_s = 900;      // nothing waits forever
+  int64_t fingerprint_interval = 10;   // rounds between parameter fingerprints (0: never)
+  int64_t gc_window = 8;               // rounds kept behind the newest applied one
+  double poll_interval_s = 0.002;
+  double heartbeat_interval_s = 10;    // members/<worker>/hb-<unix ms>-<token>.gbx, newest kept
+  double stale_after_s = 60;           // a heartbeat not followed by a newer one for this long (since it arrived) is stale
+  double checkpoint_failover_s = 600;  // then the next in line publishes a missing checkpoint
+  size_t keep_folder_checkpoints = 2;
+  uint64_t checkpoint_part_bytes = 64ull << 20;
+  bool wait_for_syncer = false;        // join(): wait until the syncer has listed the folder once
+  // Seeds this process's unpredictable file-name tokens (Note [Unpredictable names]); 0: drawn
+  // from the operating system. Simulations set it so that a run replays exactly.
+  uint64_t incarnation_seed = 0;
+  // Called while waiting (about once a second); throws to abort, e.g. when the syncer died.
+  std::function<void()> check_alive;
+
+  void validate() const;  // InputError naming the flag
+};
+
+}  // namespace gradbox::exchange

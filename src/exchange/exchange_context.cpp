@@ -1,0 +1,130 @@
+#include "exchange/exchange_context.h"
+
+#include <random>
+
+#include "common/checksum.h"
+#include "common/error.h"
+
+namespace gradbox::exchange {
+
+nlohmann::json ExchangeStats::to_json() const {
+  return {{"rounds", rounds},
+          {"skipped_rounds", skipped_rounds},
+          {"bytes_written", bytes_written},
+          {"bytes_read", bytes_read},
+          {"agreements_published", agreements_published},
+          {"failovers", failovers},
+          {"late_agreements_seen", late_agreements_seen},
+          {"rejected_files", rejected_files},
+          {"contributions_left_out", contributions_left_out},
+          {"fingerprints_checked", fingerprints_checked},
+          {"fingerprint_mismatches", fingerprint_mismatches},
+          {"config_mismatches", config_mismatches},
+          {"followed_rounds", followed_rounds},
+          {"members_added", members_added},
+          {"members_dropped", members_dropped},
+          {"self_elections", self_elections},
+          {"resyncs", resyncs},
+          {"checkpoints_published", checkpoints_published},
+          {"checkpoint_failovers", checkpoint_failovers},
+          {"control_changes", control_changes},
+          {"blind_waits", blind_waits},
+          {"agreements_withdrawn", agreements_withdrawn},
+          {"contribution_deadline_s", contribution_deadline_s},
+          {"wait_seconds", wait_seconds},
+          {"rejected", rejected}};
+}
+
+Incarnation::Incarnation(uint64_t seed, int64_t started_unix_ms) : started_unix_ms_(started_unix_ms) {
+  if (seed == 0) {
+    std::random_device device;
+    seed = (static_cast<uint64_t>(device()) << 32) ^ device();
+  }
+  std::mt19937_64 rng(seed);
+  secret_ = rng();
+  id_ = rng();
+}
+
+std::string Incarnation::token(const std::string& what) const {
+  const std::string keyed = str(secret_, "/", what);
+  return to_hex64(checksum64(keyed.data(), keyed.size()));
+}
+
+ExchangeContext::ExchangeContext(FolderExchangeConfig c, mirror::Mirror& m, mirror::Clock& clk)
+    : config(std::move(c)),
+      mirror(m),
+      clock(clk),
+      incarnation(config.incarnation_seed, clk.unix_ms()),
+      logger_("exchange " + config.worker) {}
+
+wire::FileHeader ExchangeContext::new_header() {
+  wire::FileHeader header;
+  header.set_run_id(config.run_id);
+  header.set_model_fingerprint(config.model_fingerprint);
+  header.set_created_unix_ms(clock.unix_ms());
+  return header;
+}
+
+void ExchangeContext::publish(const std::string& rel, const std::string& bytes) {
+  mirror.publish(rel, bytes);
+  stats.bytes_written += bytes.size();
+  uploads_.emplace_back(clock.unix_ms(), bytes.size());
+}
+
+uint64_t ExchangeContext::bytes_published_last_day() {
+  const int64_t now = clock.unix_ms();
+  while (!uploads_.empty() && now - uploads_.front().first > 24ll * 3600 * 1000) uploads_.pop_front();
+  uint64_t total = 0;
+  for (const auto& [when, bytes] : uploads_) total += bytes;
+  return total;
+}
+
+std::optional<wire::WireFile> ExchangeContext::read_checked(const std::string& rel, Side side) {
+  if (rejected(rel)) return std::nullopt;
+  std::optional<std::string> bytes;
+  if (side == Side::own_first) bytes = mirror.read_published(rel);
+  if (!bytes) bytes = mirror.read(rel);
+  if (!bytes) return std::nullopt;  // gone meanwhile (garbage-collected): not an error
+  try {
+    wire::WireFile file = wire::parse(*bytes, mirror.where(rel));
+    wire::check_identity(file.header, config.run_id, config.model_fingerprint, mirror.where(rel));
+    stats.bytes_read += file.payload.size();
+    return file;
+  } catch (const std::exception& e) {
+    reject(rel, e.what());
+    return std::nullopt;
+  }
+}
+
+void ExchangeContext::reject(const std::string& rel, const std::string& reason) {
+  if (!rejected_.insert(rel).second) return;  // logged once
+  ++stats.rejected_files;
+  if (stats.rejected.size() < 100) stats.rejected.push_back(reason);
+  log().error(str("rejected ", rel, ": ", reason));
+}
+
+uint64_t ExchangeContext::listings() {
+  const double now = clock.now_s();
+  if (now - listings_read_at_ >= 0.2) {
+    const uint64_t passes = mirror.settled_passes();
+    if (passes != listings_) {
+      if (now - listings_grew_at_ > kListingStallS) seen_since_s_ = now;  // the first listing after a blind spell
+      listings_grew_at_ = now;
+    }
+    listings_ = passes;
+    listings_read_at_ = now;
+  }
+  return listings_;
+}
+
+double ExchangeContext::seen_since_s() {
+  if (seconds_since_new_listing() > kListingStallS) return clock.now_s();  // blind now
+  return seen_since_s_;
+}
+
+double ExchangeContext::seconds_since_new_listing() {
+  listings();
+  return clock.now_s() - listings_grew_at_;
+}
+
+}  // namespace gradbox::exchange

@@ -1,0 +1,118 @@
+#pragma once
+// What every part of one worker's folder exchange shares: its settings, the seam (mirror and
+// clock), its counters, and the few operations every part performs on files the same way
+// (framing headers, publishing, reading a peer's file defensively). One per FolderExchange.
+// Uses protobuf (wire); torch-free.
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/log.h"
+#include "exchange/exchange_config.h"
+#include "exchange/folder_checkpoint.h"
+#include "mirror/clock.h"
+#include "mirror/mirror.h"
+#include "wire/envelope.h"
+
+namespace gradbox::exchange {
+
+struct ExchangeStats {
+  uint64_t rounds = 0;
+  uint64_t skipped_rounds = 0;
+  uint64_t bytes_written = 0;
+  uint64_t bytes_read = 0;
+  uint64_t agreements_published = 0;
+  uint64_t failovers = 0;
+  uint64_t late_agreements_seen = 0;  // a higher epoch won over this replica's view: logged
+  uint64_t rejected_files = 0;
+  uint64_t contributions_left_out = 0;
+  uint64_t fingerprints_checked = 0;
+  uint64_t fingerprint_mismatches = 0;
+  uint64_t config_mismatches = 0;
+  uint64_t followed_rounds = 0;      // applied without contributing (joining, catching up)
+  uint64_t members_added = 0;        // by views this worker agreed
+  uint64_t members_dropped = 0;
+  uint64_t self_elections = 0;       // whole-run resumes started here
+  uint64_t resyncs = 0;              // reloads of the agreed state
+  uint64_t checkpoints_published = 0;
+  uint64_t checkpoint_failovers = 0;
+  uint64_t control_changes = 0;
+  uint64_t blind_waits = 0;          // decisions postponed because the folder could not be seen
+  uint64_t agreements_withdrawn = 0; // own agreements that did not land within their window
+  double contribution_deadline_s = 0;
+  double wait_seconds = 0;
+  std::vector<std::string> rejected;
+
+  nlohmann::json to_json() const;
+};
+
+// This process's life in the run: the secret behind its unpredictable names (Note
+// [Unpredictable names]) and the identity a same-named second session is told apart by.
+class Incarnation {
+ public:
+  Incarnation(uint64_t seed, int64_t started_unix_ms);
+  uint64_t id() const { return id_; }  // public: written in heartbeats
+  int64_t started_unix_ms() const { return started_unix_ms_; }
+  // 16 hex digits nobody without the secret can predict, fixed for `what` in this life.
+  std::string token(const std::string& what) const;
+
+ private:
+  uint64_t secret_;
+  uint64_t id_;
+  int64_t started_unix_ms_;
+};
+
+class ExchangeContext {
+ public:
+  ExchangeContext(FolderExchangeConfig config, mirror::Mirror& mirror, mirror::Clock& clock);
+
+  FolderExchangeConfig config;
+  mirror::Mirror& mirror;
+  mirror::Clock& clock;
+  ExchangeStats stats;
+  Incarnation incarnation;
+
+  const log::Logger& log() const { return logger_; }  // "exchange <worker>": many share a simulation
+  FileIdentity identity() const { return FileIdentity{config.run_id, config.model_fingerprint}; }
+  wire::FileHeader new_header();
+  // Publishes a framed file (write-once), counting its bytes for the daily-upload report.
+  void publish(const std::string& rel, const std::string& bytes);
+  uint64_t bytes_published_last_day();
+  // A peer's file (or, with Side::own_first, this worker's own when it has one under that name),
+  // parsed and checked to belong to this run; nullopt, logged and counted, when it must not be used.
+  enum class Side { peers, own_first };
+  std::optional<wire::WireFile> read_checked(const std::string& rel, Side side = Side::peers);
+  void reject(const std::string& rel, const std::string& reason);
+  bool rejected(const std::string& rel) const { return rejected_.count(rel) > 0; }
+  void forget_rejections() { rejected_.clear(); }  // a new round: files may be retried
+
+  // Whether this worker can see the shared folder: the syncer's completed listings, sampled
+  // at most every few hundred milliseconds (reading them costs a file read on disk).
+  uint64_t listings();
+  double seconds_since_new_listing();  // since listings() last grew
+  // Since when the folder has been seen without a gap: listings that stop growing for
+  // kListingStallS are a blind spell, and what arrives after one may be long overdue.
+  double seen_since_s();
+  static constexpr double kListingStallS = 3.0;
+  // Calls check_alive (if set); throws when the sidecar died.
+  void check_alive() const {
+    if (config.check_alive) config.check_alive();
+  }
+
+ private:
+  log::Logger logger_;
+  std::deque<std::pair<int64_t, uint64_t>> uploads_;  // (unix ms, bytes) of the last 24 h
+  std::set<std::string> rejected_;
+  uint64_t listings_ = 0;
+  double listings_read_at_ = -1e300;
+  double listings_grew_at_ = -1e300;
+  double seen_since_s_ = -1e300;
+};
+
+}  // namespace gradbox::exchange

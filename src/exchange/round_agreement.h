@@ -1,0 +1,144 @@
+#pragma once
+// One round's agreement (Note [Round agreement] in folder_exchange.h) as a step machine: start()
+// publishes this worker's contribution, each poll() looks at the folder once and does what is
+// due (apply an agreement, publish one as the shard's owner, fail over), and says whether every
+// shard is applied. The caller owns the waiting, so the same code runs against the real
+// folder and, in virtual time, against the simulator. Torch-free; uses protobuf.
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "codec/codec.h"
+#include "exchange/exchange_context.h"
+#include "exchange/gradient_exchange.h"
+#include "exchange/membership.h"
+
+namespace gradbox::exchange {
+
+// Shard k of `shards` over a flat buffer of n elements: [n*k/shards, n*(k+1)/shards).
+struct ShardRange {
+  size_t begin = 0;
+  size_t end = 0;
+  size_t size() const { return end - begin; }
+};
+ShardRange shard_range(size_t n, uint32_t shards, uint32_t k);
+
+wire::CodecSpec codec_spec(const codec::CodecOptions& options);
+// Decoding options come from the file, bounded by what this run accepts: a file may not pick
+// its own codec behind the run's back (WireError naming origin otherwise).
+codec::CodecOptions decode_options(const wire::CodecSpec& spec, const codec::CodecOptions& run, const std::string& origin);
+
+// What an agreement says about one contributor.
+struct Contributor {
+  std::string worker;
+  uint64_t tokens = 0;
+  double loss = 0;
+  bool overflow = false;
+  uint64_t checksum = 0;  // of the payload: pins the bytes
+  std::string file;       // the contribution's name in the round folder: pins the file
+};
+
+class RoundAgreement {
+ public:
+  // Shard 0's owner fills in what the round settles besides the gradient (the next view and
+  // the live control) through this.
+  using DecideView = std::function<void(wire::RoundView* view, const std::vector<Contributor>& contributors)>;
+  using Refused = std::function<bool(const std::string& worker)>;
+
+  RoundAgreement(ExchangeContext& context, LagDeadline& deadline, DecideView decide_view, Refused refused);
+
+  // A new round. members: the agreed view of this round (empty: this worker only follows).
+  void start(uint64_t round, float* grad, size_t n, const LocalContribution& mine, std::vector<std::string> members);
+  // One look at the folder; true once every shard's agreement is applied into grad.
+  bool poll();
+  // Nobody else is left (whole-run resume): this worker becomes the round's only member.
+  void become_sole_member();
+  // Members of this round that announced their departure: no failover wait for them.
+  void set_departed(std::set<std::string> departed) { departed_ = std::move(departed); }
+
+  uint64_t round() const { return round_; }
+  const std::vector<std::string>& members() const { return members_; }
+  bool member() const { return member_; }
+  double seconds_since_contribution() const;
+  // Two whole listings of the folder completed since the round began (Note [Seeing the folder]).
+  bool folder_seen_since_start();
+  // The folder shows rounds past the next one while this one has no agreement in sight: this
+  // worker fell behind (a blind spell, a pause) and must reload the agreed state.
+  bool overtaken() const { return overtaken_; }
+  uint64_t newest_round_in_folder() const;
+  // After poll() returned true.
+  bool skip() const;
+  const std::vector<Contributor>& contributors() const { return shards_[0].contributors; }
+  const wire::RoundView& view() const { return shards_[0].view; }
+  // Flagged files of this round's folder, own included (for the checks that need the listing).
+  std::set<std::string> visible_files() const;
+
+ private:
+  struct ShardOutcome {
+    bool done = false;
+    bool skip = false;
+    std::vector<Contributor> contributors;
+    wire::RoundView view;
+  };
+  struct Candidate {  // an agreement file in the folder
+    uint32_t epoch = 0;
+    std::string name;
+  };
+
+  std::string round_dir() const;
+  void check_new_contributions();
+  std::pair<double, double> window(uint32_t shard, uint32_t epoch) const;
+  void withdraw_late_agreements();
+  const std::string& owner(uint32_t shard, uint32_t epoch) const;
+  wire::GradientShard* new_shard(wire::FileHeader& header, uint32_t shard) const;
+  void publish_contributions();
+  bool reuse_earlier_contributions();
+  void observe_lags(const std::set<std::string>& visible);
+  double contribution_deadline();
+  std::vector<Candidate> candidates(uint32_t shard, const std::set<std::string>& visible) const;
+  bool try_apply(uint32_t shard, const std::set<std::string>& visible);
+  std::optional<wire::WireFile> load_agreement(const std::string& name);
+  bool apply_commit(uint32_t shard, const wire::WireFile& file, const std::string& name, const std::set<std::string>& visible);
+  bool apply_reduced(uint32_t shard, const wire::WireFile& file, const std::string& name);
+  bool valid_shape(uint64_t round, uint32_t shard, uint32_t count, uint32_t expected, const std::string& name);
+  void maybe_publish(uint32_t shard, const std::set<std::string>& visible);
+  void request_contributions(uint32_t shard, const std::set<std::string>& visible);
+  void publish_agreement(uint32_t shard, uint32_t epoch);
+  void accumulate(const std::string& payload, float weight, std::vector<float>& sum) const;
+
+  ExchangeContext& context_;
+  LagDeadline& deadline_;
+  DecideView decide_view_;
+  Refused refused_;
+  std::vector<codec::ErrorFeedbackEncoder> encoders_;  // per shard, across rounds
+
+  uint64_t round_ = 0;
+  float* grad_ = nullptr;
+  size_t n_ = 0;
+  LocalContribution mine_;
+  std::vector<std::string> members_;
+  bool member_ = false;
+  std::set<std::string> departed_;
+  double contributed_at_ = 0;
+  double round_origin_ = 0;  // when the round began as seen from here: the epoch windows' origin
+  uint64_t listings_at_start_ = 0;
+  bool counted_blind_ = false;
+  bool overtaken_ = false;
+  std::vector<ShardOutcome> shards_;
+  std::vector<std::string> own_payloads_;
+  std::vector<uint64_t> own_checksums_;
+  std::vector<std::string> own_files_;
+  std::map<std::string, std::string> own_agreements_;  // name -> bytes, until they land
+  std::set<std::string> lag_seen_;
+  struct Checked {
+    Contributor contributor;
+    wire::WireFile file;
+  };
+  std::vector<std::map<std::string, Checked>> checked_;  // per shard: worker -> its contribution that checked out
+  std::set<std::string> seen_contributions_;             // names already looked at
+};
+
+}  // namespace gradbox::exchange

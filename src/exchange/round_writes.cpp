@@ -1,0 +1,176 @@
+// What this worker writes for a round (Note [Round agreement], steps 1 and 2): its
+// contributions, and as a shard's owner the agreement. Part of RoundAgreement; the reading and
+// deciding side is round_agreement.cpp.
+#include <algorithm>
+
+#include "common/checksum.h"
+#include "common/error.h"
+#include "exchange/folder_names.h"
+#include "exchange/round_agreement.h"
+
+namespace gradbox::exchange {
+namespace {
+
+void fill_contributors(google::protobuf::RepeatedPtrField<wire::Contribution>* list, const std::vector<Contributor>& from) {
+  for (const Contributor& c : from) {
+    wire::Contribution* entry = list->Add();
+    entry->set_worker(c.worker);
+    entry->set_tokens(c.tokens);
+    entry->set_loss(c.loss);
+    entry->set_overflow(c.overflow);
+    entry->set_payload_checksum(c.checksum);
+    entry->set_file(c.file);
+  }
+}
+
+}  // namespace
+
+wire::CodecSpec codec_spec(const codec::CodecOptions& opt) {
+  wire::CodecSpec spec;
+  spec.set_codec(codec::codec_name(opt.codec));
+  spec.set_zstd_level(opt.zstd_level);
+  spec.set_shuffle(opt.shuffle);
+  spec.set_int8_block(opt.int8_block);
+  return spec;
+}
+
+// The GradientShard body of shard k of this round, written by this worker (a contribution or,
+// reduced, a shard owner's sum).
+wire::GradientShard* RoundAgreement::new_shard(wire::FileHeader& header, uint32_t k) const {
+  const FolderExchangeConfig& c = context_.config;
+  const ShardRange range = shard_range(n_, c.shard_count, k);
+  wire::GradientShard* g = header.mutable_gradient();
+  g->set_round(round_);
+  g->set_worker(c.worker);
+  g->set_shard_index(k);
+  g->set_shard_count(c.shard_count);
+  g->set_begin(range.begin);
+  g->set_end(range.end);
+  *g->mutable_codec() = codec_spec(c.codec);
+  return g;
+}
+
+// A contribution this worker already published in an earlier life (before a kill -9) is
+// reused: the shared folder keeps its first bytes (write-once), and agreements may pin them.
+bool RoundAgreement::reuse_earlier_contributions() {
+  const std::string& self = context_.config.worker;
+  std::vector<std::string> names(shards_.size());
+  for (const std::string& name : context_.mirror.list_published(round_dir())) {
+    std::optional<ContributionName> parsed = parse_contribution_name(name);
+    if (parsed && parsed->worker == self && parsed->shard < names.size()) names[parsed->shard] = name;
+  }
+  if (std::any_of(names.begin(), names.end(), [](const std::string& n) { return n.empty(); })) return false;
+  std::vector<wire::WireFile> earlier;
+  for (const std::string& name : names) {
+    const std::optional<std::string> bytes = context_.mirror.read_published(round_dir() + "/" + name);
+    try {
+      GB_CHECK(bytes.has_value(), "gone");
+      earlier.push_back(wire::parse(*bytes, name));
+    } catch (const std::exception& e) {
+      context_.log().warn(str(round_dir(), "/", name, ": unreadable (", e.what(), "); contributing afresh"));
+      return false;
+    }
+  }
+  for (size_t k = 0; k < names.size(); ++k) {
+    own_payloads_[k] = std::move(earlier[k].payload);
+    own_checksums_[k] = checksum64(own_payloads_[k].data(), own_payloads_[k].size());
+    own_files_[k] = names[k];
+  }
+  const wire::GradientShard& g = earlier[0].header.gradient();
+  mine_ = LocalContribution{g.tokens(), g.loss(), g.overflow()};
+  context_.log().info(str("round ", round_, ": reusing the contribution this worker published before it restarted"));
+  return true;
+}
+
+void RoundAgreement::publish_contributions() {
+  if (reuse_earlier_contributions()) return;
+  const FolderExchangeConfig& c = context_.config;
+  for (uint32_t k = 0; k < shards_.size(); ++k) {
+    const ShardRange range = shard_range(n_, c.shard_count, k);
+    wire::FileHeader header = context_.new_header();
+    wire::GradientShard* g = new_shard(header, k);
+    g->set_tokens(mine_.tokens);
+    g->set_loss(mine_.loss);
+    g->set_overflow(mine_.overflow);
+    std::string payload;
+    if (!mine_.overflow) {
+      // Error feedback only where the codec loses something (it costs a full decode).
+      std::vector<uint8_t> encoded = c.codec.codec == codec::Codec::fp32
+                                         ? codec::encode(grad_ + range.begin, range.size(), c.codec)
+                                         : encoders_[k].encode(grad_ + range.begin, range.size());
+      payload.assign(reinterpret_cast<const char*>(encoded.data()), encoded.size());
+    }
+    own_checksums_[k] = checksum64(payload.data(), payload.size());
+    own_files_[k] = contribution_name(c.worker, k, context_.incarnation.token(str("g/", round_, "/", k)));
+    context_.publish(round_dir() + "/" + own_files_[k], wire::frame(header, payload));
+    own_payloads_[k] = std::move(payload);
+  }
+}
+
+void RoundAgreement::publish_agreement(uint32_t k, uint32_t epoch) {
+  const FolderExchangeConfig& c = context_.config;
+  const bool sharded = c.pattern == ExchangePattern::sharded;
+  std::vector<Contributor> contributors{{c.worker, mine_.tokens, mine_.loss, mine_.overflow, own_checksums_[k], own_files_[k]}};
+  for (const auto& [worker, checked] : checked_[k])
+    if (!refused_(worker)) contributors.push_back(checked.contributor);
+  std::sort(contributors.begin(), contributors.end(), [](const Contributor& a, const Contributor& b) { return a.worker < b.worker; });
+  context_.stats.contributions_left_out += members_.size() - contributors.size();
+  if (contributors.size() < members_.size()) {
+    std::string missing;
+    for (const std::string& m : members_)
+      if (std::none_of(contributors.begin(), contributors.end(), [&](const Contributor& x) { return x.worker == m; }))
+        missing += " " + m;
+    context_.log().warn(str("round ", round_, " shard ", k, ": agreed without", missing));
+  }
+  wire::FileHeader header = context_.new_header();
+  wire::RoundView* view = nullptr;
+  std::string payload;
+  if (!sharded) {
+    wire::RoundCommit* commit = header.mutable_commit();
+    commit->set_round(round_);
+    commit->set_shard_index(k);
+    commit->set_shard_count(c.shard_count);
+    commit->set_owner(c.worker);
+    commit->set_epoch(epoch);
+    fill_contributors(commit->mutable_contributors(), contributors);
+    view = commit->mutable_view();
+  } else {
+    const ShardRange range = shard_range(n_, c.shard_count, k);
+    wire::GradientShard* g = new_shard(header, k);
+    g->set_reduced(true);
+    g->set_epoch(epoch);
+    fill_contributors(g->mutable_contributors(), contributors);
+    view = g->mutable_view();
+    uint64_t total = 0;
+    for (const Contributor& x : contributors) total += x.tokens;
+    // "overflow" tells every replica to skip the round: also when there is nothing to average.
+    const bool overflow =
+        total == 0 || std::any_of(contributors.begin(), contributors.end(), [](const Contributor& x) { return x.overflow; });
+    g->set_overflow(overflow);
+    g->set_tokens(total);
+    if (!overflow) {
+      std::vector<float> sum(range.size(), 0.0f);
+      for (const Contributor& x : contributors) {
+        const float weight = contribution_weight(x.tokens, total);
+        if (x.worker == c.worker) {
+          accumulate(own_payloads_[k], weight, sum);
+          continue;
+        }
+        const wire::WireFile& file = checked_[k].at(x.worker).file;
+        codec::decode_accumulate(reinterpret_cast<const uint8_t*>(file.payload.data()), file.payload.size(),
+                                 decode_options(file.header.gradient().codec(), c.codec, x.file), weight, sum.data(),
+                                 sum.size());
+      }
+      std::vector<uint8_t> encoded = codec::encode(sum.data(), sum.size(), c.codec);
+      payload.assign(reinterpret_cast<const char*>(encoded.data()), encoded.size());
+    }
+  }
+  for (const std::string& m : members_) view->add_members(m);
+  if (k == 0) decide_view_(view, contributors);
+  const std::string name = agreement_name(c.pattern, k, epoch, c.worker, context_.incarnation.token(str("a/", round_, "/", k, "/", epoch)));
+  std::string bytes = wire::frame(header, payload);
+  context_.publish(round_dir() + "/" + name, bytes);
+  own_agreements_[name] = std::move(bytes);
+  ++context_.stats.agreements_published;
+}
+}  // namespace gradbox::exchange

@@ -1,0 +1,77 @@
+#include "exchange/run_config_check.h"
+
+#include "common/error.h"
+#include "exchange/folder_names.h"
+#include "exchange/round_agreement.h"
+
+namespace gradbox::exchange {
+
+wire::RunConfig RunConfigCheck::mine() const {
+  const FolderExchangeConfig& c = context_.config;
+  wire::RunConfig rc;
+  rc.set_model_config_json(c.model_config_json);
+  rc.set_train_config_json(c.train_config_json);
+  rc.set_pattern(pattern_name(c.pattern));
+  rc.set_shard_count(c.shard_count);
+  *rc.mutable_codec() = codec_spec(c.codec);
+  return rc;
+}
+
+std::optional<uint32_t> RunConfigCheck::run_shard_count() {
+  for (const mirror::Arrival& file : context_.mirror.list(kRunConfigDir)) {
+    if (!is_run_config_name(file.name)) continue;
+    std::optional<wire::WireFile> wf = context_.read_checked(str(kRunConfigDir, "/", file.name));
+    if (!wf || !wf->header.has_run_config()) continue;  // check_peers reports it
+    const uint32_t shards = wf->header.run_config().shard_count();
+    if (shards >= 1 && shards <= 4096) return shards;
+  }
+  return std::nullopt;
+}
+
+void RunConfigCheck::publish() {
+  if (published_) return;
+  wire::FileHeader header = context_.new_header();
+  *header.mutable_run_config() = mine();
+  context_.publish(run_config_name(context_.config.worker, context_.incarnation.token("run-config")),
+                   wire::frame(header, {}));
+  published_ = true;
+}
+
+void RunConfigCheck::check_peers(bool first_round) {
+  const wire::RunConfig expected = mine();
+  for (const mirror::Arrival& file : context_.mirror.list(kRunConfigDir)) {
+    if (!is_run_config_name(file.name)) continue;
+    const std::string rel = str(kRunConfigDir, "/", file.name);
+    if (!checked_.insert(rel).second) continue;
+    const std::optional<std::string> bytes = context_.mirror.read(rel);
+    if (!bytes) {
+      checked_.erase(rel);  // gone meanwhile; look again later
+      continue;
+    }
+    // The writer is named by the file: "config-<worker>-<token>.gbx".
+    const std::string peer = file.name.substr(7, file.name.rfind('-') - 7);
+    std::string problem;
+    try {
+      wire::WireFile wf = wire::parse(*bytes, context_.mirror.where(rel));
+      wire::check_identity(wf.header, context_.config.run_id, context_.config.model_fingerprint, context_.mirror.where(rel));
+      const wire::RunConfig& theirs = wf.header.run_config();
+      if (theirs.pattern() != expected.pattern())
+        problem = str("--exchange ", theirs.pattern(), " (this worker: ", expected.pattern(), ")");
+      else if (theirs.shard_count() != expected.shard_count())
+        problem = str("--shards ", theirs.shard_count(), " (this worker: ", expected.shard_count(), ")");
+      else if (theirs.codec().SerializeAsString() != expected.codec().SerializeAsString())
+        problem = str("--codec ", theirs.codec().codec(), " level ", theirs.codec().zstd_level(), " (this worker: ",
+                      expected.codec().codec(), " level ", expected.codec().zstd_level(), ")");
+      if (!problem.empty()) problem = str(context_.mirror.where(rel), ": a peer of this run uses ", problem);
+    } catch (const std::exception& e) {
+      problem = e.what();  // another run or model; names the file
+    }
+    if (problem.empty()) continue;
+    ++context_.stats.config_mismatches;
+    refused_.insert(peer);
+    if (first_round) throw InputError(problem + "; start every worker with the same model and exchange settings");
+    context_.log().error(problem + "; its files are left out");
+  }
+}
+
+}  // namespace gradbox::exchange

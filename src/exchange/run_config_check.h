@@ -1,0 +1,35 @@
+#pragma once
+// Every worker publishes its RunConfig (model, pattern, shards, codec) under run/. A peer whose
+// settings differ is refused: on this worker's first round a mismatch is a user error (it
+// joined the wrong run) and throws an InputError naming the file and the setting; later the
+// stranger's files are left out. A joiner that did not choose --shards adopts the run's.
+// Torch-free; uses protobuf.
+#include <cstdint>
+#include <set>
+#include <string>
+
+#include "exchange/exchange_context.h"
+
+namespace gradbox::exchange {
+
+class RunConfigCheck {
+ public:
+  explicit RunConfigCheck(ExchangeContext& context) : context_(context) {}
+
+  // The run's --shards when a peer's config shows one (nullopt: none seen, or the same).
+  std::optional<uint32_t> run_shard_count();
+  void publish();  // once per life
+  // Peers' configs that arrived since the last call; first_round: a mismatch throws.
+  void check_peers(bool first_round);
+  bool refused(const std::string& worker) const { return refused_.count(worker) > 0; }
+
+ private:
+  wire::RunConfig mine() const;
+
+  ExchangeContext& context_;
+  bool published_ = false;
+  std::set<std::string> checked_;
+  std::set<std::string> refused_;
+};
+
+}  // namespace gradbox::exchange

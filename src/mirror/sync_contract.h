@@ -1,0 +1,45 @@
+#pragma once
+// Note [The syncer contract]
+// The one place that spells out how a worker and its syncer (gradbox-sync) share the worker's
+// local disk. The exchange (through DiskMirror), the syncer, the sidecar launcher and the tests
+// all use these names; nothing else hard-codes them.
+//
+//   LOCAL/outbox/<rel>          the worker publishes <rel>, atomically (temp names contain ".tmp");
+//                               the syncer uploads it once to SHARED/<rel>, never overwriting;
+//   LOCAL/outbox/<rel>.sent     then writes this marker: "<rel> has landed in the shared folder".
+//                               <rel> gone but .sent present: the worker withdrew it, so the
+//                               syncer deletes SHARED/<rel>, then the marker.
+//   LOCAL/inbox/<rel>           a peer's file, copied under a temp name and verified whole
+//   LOCAL/inbox/<rel>.flag      before the rename; the flag is written last. Workers read only
+//                               flagged files. Own files (ever in the outbox) are never mirrored.
+//   LOCAL/requests/<rel>        on-demand files (names starting with an on-demand prefix) are
+//                               fetched only once the worker creates this (empty) file, or a
+//                               file whose name is a prefix of <rel>'s name in the same folder
+//                               (names end in unpredictable tokens: Note [Unpredictable names]).
+//   LOCAL/quarantine/<rel>      bytes that never verified.
+//   LOCAL/inbox/control.json    SHARED/control.json, the one file edited in place (by hand).
+//   LOCAL/syncer/stats.json     the syncer's counters; "settled_passes" counts whole listings
+//                               of the shared folder whose downloads were all tried. It does not
+//                               advance while the shared folder cannot be listed.
+// Torch- and protobuf-free, header only.
+#include <string_view>
+
+namespace gradbox::mirror {
+
+inline constexpr std::string_view kOutboxDir = "outbox";
+inline constexpr std::string_view kInboxDir = "inbox";
+inline constexpr std::string_view kRequestsDir = "requests";
+inline constexpr std::string_view kQuarantineDir = "quarantine";
+inline constexpr std::string_view kSyncerStatsFile = "syncer/stats.json";
+inline constexpr std::string_view kSyncerLogFile = "syncer.log";
+inline constexpr std::string_view kSentSuffix = ".sent";
+inline constexpr std::string_view kFlagSuffix = ".flag";
+inline constexpr std::string_view kTempMarker = ".tmp";
+inline constexpr std::string_view kControlFile = "control.json";
+
+// File-name prefixes that are fetched only on request: sharded contributions (only a shard's
+// owner needs them) and checkpoint parts (only a worker that loads the checkpoint).
+inline constexpr std::string_view kContributionPrefix = "g-";
+inline constexpr std::string_view kCheckpointPartPrefix = "part-";
+
+}  // namespace gradbox::mirror

@@ -1,0 +1,74 @@
+#pragma once
+// A worker process as the simulator runs it: the real FolderExchange (join, rounds, repair,
+// checkpoints, leave) driven by a toy model in place of the trainer, on a simulated folder and
+// a virtual clock (Note [The seam] in mirror/mirror.h). What it models instead of running:
+// compute (a sleep of compute_s per round), the gradient (a deterministic function of the
+// worker, the round and the parameters) and the optimizer (plain SGD). What it runs for real:
+// everything the exchange does, and the trainer's side of the protocol (resume from the newest
+// local checkpoint, join, follow, reload the agreed state, publish checkpoints). Torch-free.
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "exchange/exchange_config.h"
+#include "mirror/clock.h"
+#include "mirror/mirror.h"
+
+namespace gradbox::sim {
+
+struct SimWorkerSpec {
+  std::string name;
+  exchange::FolderExchangeConfig exchange;  // worker, run id, timeouts, ...; local_dir: where stats go (may be empty)
+  std::filesystem::path run_dir;            // this worker's local run folder (its checkpoints)
+  uint64_t rounds = 50;                     // the run ends after this round
+  int64_t checkpoint_interval = 10;         // rounds between local checkpoints
+  size_t parameters = 64;
+  uint64_t tokens_per_round = 1000;
+  double compute_s = 0.2;                   // virtual seconds of compute per contributed round
+  double lr = 0.05;
+  // Fault injection: after this round the replica's parameters are nudged once, as a silent
+  // divergence (a bad GPU, a flipped bit) would (0: never).
+  uint64_t perturb_after_round = 0;
+};
+
+// What the workers did, for invariant checks. Thread-safe (each worker runs on its own thread,
+// one at a time).
+class SimObserver {
+ public:
+  struct Applied {
+    std::string worker;
+    uint64_t round;
+    uint64_t checksum;  // of the parameters after the round
+    bool contributed;
+  };
+  void applied(const Applied& a);
+  void resynced(const std::string& worker, uint64_t round);
+  void finished(const std::string& worker, uint64_t checksum, double at_s);
+  double last_finish_s() const;
+
+  std::vector<Applied> history() const;
+  std::map<std::string, uint64_t> finals() const;   // worker -> parameters checksum at the end
+  std::map<std::string, std::vector<uint64_t>> resyncs() const;  // worker -> rounds
+  uint64_t max_round() const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<Applied> history_;
+  std::map<std::string, uint64_t> finals_;
+  double last_finish_s_ = 0;
+  std::map<std::string, std::vector<uint64_t>> resyncs_;
+};
+
+// The body of a simulated worker process; returns when the run is done, throws what the
+// exchange throws (a killed process unwinds from the clock's sleep).
+void run_sim_worker(const SimWorkerSpec& spec, mirror::Mirror& mirror, mirror::Clock& clock, SimObserver& observer);
+
+// The parameters every replica starts from (the founder's step-0 checkpoint holds them).
+std::vector<float> initial_parameters(size_t n);
+
+}  // namespace gradbox::sim

@@ -1,0 +1,295 @@
+// Elastic runs in virtual time: simulated workers running the real protocol on the whole worker
+// loop of the simulator (sim/sim_worker.h): join, rounds, checkpoints, repair, leave. First the
+// elastic behaviours (joins, adaptive deadlines, repair), then faults the protocol once did not
+// survive, each reproduced.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "common/error.h"
+#include "exchange/folder_names.h"
+#include "sim/sim_worker.h"
+#include "virtual_cluster.h"
+#include "wire/envelope.h"
+
+namespace gradbox::exchange {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A small elastic run: founders, folder checkpoints every 5 rounds, quick timeouts.
+class ElasticRun {
+ public:
+  ElasticRun(const std::string& name, std::vector<std::string> founders, uint64_t seed = 7, mirror::FolderFaults faults = {})
+      : cluster_(name, seed, std::move(faults)), founders_(std::move(founders)) {}
+
+  sim::SimWorkerSpec spec(const std::string& worker, uint64_t rounds = 30) const {
+    sim::SimWorkerSpec s;
+    s.name = worker;
+    s.exchange = cluster_.config(worker, founders_);
+    s.exchange.contribution_timeout_s = 2;
+    s.exchange.deadline_floor_s = 0.5;
+    s.exchange.failover_timeout_s = 4;
+    s.exchange.heartbeat_interval_s = 1;
+    s.exchange.stale_after_s = 6;
+    s.exchange.fingerprint_interval = 2;
+    s.exchange.gc_window = 4;
+    s.exchange.checkpoint_failover_s = 5;
+    s.exchange.wait_for_syncer = true;
+    s.run_dir = cluster_.root() / ("run-" + worker);
+    s.rounds = rounds;
+    s.checkpoint_interval = 5;
+    s.compute_s = 0.2;
+    return s;
+  }
+
+  mirror::Simulation::ProcessId start(const sim::SimWorkerSpec& s, const std::string& disk = "") {
+    const std::string disk_name = disk.empty() ? s.name : disk;
+    return cluster_.sim().spawn(s.name, [this, s, disk_name](mirror::Clock& clock) {
+      sim::run_sim_worker(s, cluster_.folder().disk(disk_name), clock, observer_);
+    });
+  }
+
+  // Every pair of workers that applied a round agrees on the parameters after it.
+  std::vector<uint64_t> divergent_rounds() const {
+    std::map<uint64_t, std::set<uint64_t>> by_round;
+    for (const sim::SimObserver::Applied& a : observer_.history()) by_round[a.round].insert(a.checksum);
+    std::vector<uint64_t> rounds;
+    for (const auto& [round, sums] : by_round)
+      if (sums.size() > 1) rounds.push_back(round);
+    return rounds;
+  }
+
+  VirtualCluster& cluster() { return cluster_; }
+  sim::SimObserver& observer() { return observer_; }
+
+ private:
+  VirtualCluster cluster_;
+  std::vector<std::string> founders_;
+  sim::SimObserver observer_;
+};
+
+// A worker that joins a running run loads the newest folder checkpoint, follows the rounds after
+// it, says "ready" and is let in; nobody waits for it on the way.
+TEST(ElasticProtocol, AJoinerCatchesUpAndIsLetIn) {
+  ElasticRun run("join", {"a", "b"});
+  run.start(run.spec("a", 80));
+  run.start(run.spec("b", 80));
+  run.cluster().sim().at(10.0, [&] { run.start(run.spec("c", 80)); });
+  run.cluster().sim().run_until(1e5);
+  EXPECT_TRUE(run.cluster().sim().failures().empty()) << run.cluster().sim().failures().front();
+  uint64_t first_applied = 0, first_contributed = 0;
+  for (const sim::SimObserver::Applied& a : run.observer().history()) {
+    if (a.worker != "c") continue;
+    if (first_applied == 0) first_applied = a.round;
+    if (a.contributed && first_contributed == 0) first_contributed = a.round;
+  }
+  EXPECT_GT(first_applied, 5u) << "c started from a folder checkpoint, not from round 1";
+  EXPECT_GT(first_contributed, first_applied) << "c followed before it contributed";
+  EXPECT_LT(first_contributed, 60u) << "c was let in";
+  EXPECT_GE(run.cluster().stats("a")["members_added"].get<int>() + run.cluster().stats("b")["members_added"].get<int>(), 1);
+  const std::map<std::string, uint64_t> finals = run.observer().finals();
+  ASSERT_EQ(finals.size(), 3u);
+  EXPECT_EQ(finals.at("a"), finals.at("c"));
+  EXPECT_EQ(finals.at("b"), finals.at("c"));
+  EXPECT_TRUE(run.divergent_rounds().empty()) << run.divergent_rounds().front();
+}
+
+// The contribution deadline follows the lags it observes: from the ceiling down to what the
+// folder needs, so that a dead worker costs the others little.
+TEST(ElasticProtocol, TheDeadlineAdaptsToTheObservedLags) {
+  ElasticRun run("deadline", {"a", "b", "c"});
+  std::map<std::string, mirror::Simulation::ProcessId> ids;
+  for (const std::string w : {"a", "b", "c"}) {
+    sim::SimWorkerSpec s = run.spec(w, 60);
+    s.exchange.contribution_timeout_s = 20;  // the ceiling, held until 8 lags are seen
+    s.exchange.failover_timeout_s = 30;
+    s.exchange.stale_after_s = 40;
+    ids[w] = run.start(s);
+  }
+  run.cluster().sim().at(20.0, [&] { run.cluster().sim().kill(ids["c"]); });
+  run.cluster().sim().run_until(1e5);
+  EXPECT_TRUE(run.cluster().sim().failures().empty()) << run.cluster().sim().failures().front();
+  const double deadline = run.cluster().stats("a")["contribution_deadline_s"].get<double>();
+  EXPECT_LT(deadline, 5.0) << "the deadline stayed near its 20 s ceiling";
+  EXPECT_GE(deadline, 0.5);  // the floor
+  // c died at 20 s; a and b then finished the run, having waited far less than the ceiling.
+  EXPECT_EQ(run.observer().finals().size(), 2u);
+  EXPECT_LT(run.observer().last_finish_s(), 20.0 + 60 * 1.0);
+}
+
+// A replica that silently diverges is found by the fingerprints and reloads the agreed state.
+TEST(ElasticProtocol, ADivergedReplicaIsRepaired) {
+  ElasticRun run("repair", {"a", "b", "c"});
+  run.start(run.spec("a", 40));
+  run.start(run.spec("b", 40));
+  sim::SimWorkerSpec c = run.spec("c", 40);
+  c.perturb_after_round = 12;
+  run.start(c);
+  run.cluster().sim().run_until(1e5);
+  EXPECT_TRUE(run.cluster().sim().failures().empty()) << run.cluster().sim().failures().front();
+  const auto resyncs = run.observer().resyncs();
+  ASSERT_TRUE(resyncs.count("c"));
+  EXPECT_LE(resyncs.at("c").front(), 12u + 2 * 2 + 2) << "found within a fingerprint interval or two";
+  EXPECT_FALSE(resyncs.count("a"));
+  EXPECT_FALSE(resyncs.count("b"));
+  const std::map<std::string, uint64_t> finals = run.observer().finals();
+  ASSERT_EQ(finals.size(), 3u);
+  EXPECT_EQ(finals.at("a"), finals.at("c"));
+  EXPECT_EQ(finals.at("b"), finals.at("c"));
+}
+
+// The shared folder unreachable for 20 s (an unmounted Drive): before, both workers agreed
+// rounds without each other and trained on as two models, exiting 0. Now the one that cannot
+// see the folder agrees nothing alone, and both finish identical.
+TEST(ProtocolFaults, AWorkerCutOffFromTheFolderNeverAgreesARoundAlone) {
+  ElasticRun run("outage", {"a", "b"});
+  run.start(run.spec("a"));
+  run.start(run.spec("b"));
+  run.cluster().folder().outage("a", 4.0, 24.0);
+  run.cluster().sim().run_until(1e5);
+  EXPECT_TRUE(run.cluster().sim().failures().empty()) << run.cluster().sim().failures().front();
+  const std::map<std::string, uint64_t> finals = run.observer().finals();
+  ASSERT_EQ(finals.size(), 2u);
+  EXPECT_EQ(finals.at("a"), finals.at("b"));
+  EXPECT_TRUE(run.divergent_rounds().empty()) << run.divergent_rounds().front();
+  // a held back: it postponed leaving b out while blind, or took back an agreement that could not
+  // reach the folder in time.
+  const nlohmann::json a = run.cluster().stats("a");
+  EXPECT_GE(a["blind_waits"].get<int>() + a["agreements_withdrawn"].get<int>(), 1);
+  EXPECT_EQ(run.cluster().stats("a")["fingerprint_mismatches"], 0);
+}
+
+// Two sessions started with one worker name: before, their files collided, a torn file reached
+// the peer and the peer hung. Now the second is refused, naming the name, and the run goes on.
+// A second session named like b, with its own disk and run folder, starting at `at`; what it
+// was refused with lands in *refusal.
+void start_namesake(ElasticRun& run, double at, std::string* refusal) {
+  sim::SimWorkerSpec twin = run.spec("b");
+  twin.run_dir = run.cluster().root() / "run-b-twin";
+  twin.exchange.incarnation_seed = 99;
+  run.cluster().sim().at(at, [&run, twin, refusal] {
+    run.cluster().sim().spawn("b-twin", [&run, twin, refusal](mirror::Clock& clock) {
+      try {
+        sim::run_sim_worker(twin, run.cluster().folder().disk("b-twin"), clock, run.observer());
+      } catch (const InputError& e) {
+        *refusal = e.what();
+      }
+    });
+  });
+}
+
+TEST(ProtocolFaults, ASecondSessionUnderALiveNameIsRefused) {
+  ElasticRun run("namesake", {"a", "b"});
+  run.start(run.spec("a"));
+  run.start(run.spec("b"));
+  std::string refusal;
+  start_namesake(run, 5.0, &refusal);
+  run.cluster().sim().run_until(1e5);
+  EXPECT_TRUE(run.cluster().sim().failures().empty()) << run.cluster().sim().failures().front();
+  EXPECT_NE(refusal.find("--worker b"), std::string::npos) << refusal;
+  EXPECT_NE(refusal.find("is live under this name"), std::string::npos) << refusal;
+  const std::map<std::string, uint64_t> finals = run.observer().finals();
+  ASSERT_EQ(finals.size(), 2u);
+  EXPECT_EQ(finals.at("a"), finals.at("b"));
+}
+
+// Both sessions start at once, so neither sees the other at its join: the one that started
+// later stops as soon as it does, and the first one carries on.
+TEST(ProtocolFaults, OfTwoSimultaneousNamesakesTheLaterStops) {
+  ElasticRun run("namesakes", {"a", "b"});
+  run.start(run.spec("a"));
+  run.start(run.spec("b"));
+  std::string refusal;
+  start_namesake(run, 0.001, &refusal);
+  run.cluster().sim().run_until(1e5);
+  EXPECT_TRUE(run.cluster().sim().failures().empty()) << run.cluster().sim().failures().front();
+  EXPECT_NE(refusal.find("is live under this name"), std::string::npos) << refusal;
+  const std::map<std::string, uint64_t> finals = run.observer().finals();
+  ASSERT_EQ(finals.size(), 2u);
+  EXPECT_EQ(finals.at("a"), finals.at("b"));
+}
+
+// A worker paused for 30 s (a hung session) comes back as a follower: before, it was never let
+// back in though caught up and heartbeating. Now it contributes again a few rounds later.
+TEST(ProtocolFaults, AWorkerBackFromAPauseIsLetInAgain) {
+  ElasticRun run("pause", {"a", "b", "c"});
+  run.start(run.spec("a", 200));
+  run.start(run.spec("b", 200));
+  const auto c = run.start(run.spec("c", 200));
+  run.cluster().sim().at(5.0, [&] { run.cluster().sim().pause(c, 35.0); });
+  run.cluster().sim().run_until(1e5);
+  EXPECT_TRUE(run.cluster().sim().failures().empty()) << run.cluster().sim().failures().front();
+  uint64_t last_contributed = 0;
+  for (const sim::SimObserver::Applied& a : run.observer().history())
+    if (a.worker == "c" && a.contributed) last_contributed = a.round;
+  EXPECT_GE(last_contributed, 190u) << "c was not let back in";
+  const std::map<std::string, uint64_t> finals = run.observer().finals();
+  ASSERT_EQ(finals.size(), 3u);
+  EXPECT_EQ(finals.at("a"), finals.at("c"));
+  EXPECT_TRUE(run.divergent_rounds().empty()) << run.divergent_rounds().front();
+}
+
+// A copy of an old round's genuine file placed under a member's name for a coming round: before,
+// it took the name (write-once), the member's real upload was refused, and a worker hung. Now
+// names are unpredictable and the agreement pins the exact file.
+TEST(ProtocolFaults, ACopiedFileCannotSquatAMembersName) {
+  ElasticRun run("squat", {"a", "b"});
+  run.start(run.spec("a"));
+  run.start(run.spec("b"));
+  int copies = 0;
+  // Every second, copy each of b's contributions into the next few rounds' folders, under the
+  // same name and under the name b's file had in the old scheme.
+  for (int t = 2; t < 20; ++t) {
+    run.cluster().sim().at(t, [&] {
+      for (uint64_t r = 1; r < 40; ++r) {
+        const std::string dir = round_dir_name(r);
+        for (const mirror::Arrival& file : run.cluster().folder().disk("a").list(dir)) {
+          if (!file.name.starts_with("g-b-")) continue;
+          const std::optional<std::string> bytes = run.cluster().folder().disk("a").read(dir + "/" + file.name);
+          if (!bytes) continue;
+          for (uint64_t ahead = r + 1; ahead <= r + 3; ++ahead) {
+            run.cluster().folder().inject(round_dir_name(ahead) + "/" + file.name, *bytes);
+            run.cluster().folder().inject(round_dir_name(ahead) + "/g-b-s0.gbx", *bytes);
+            ++copies;
+          }
+        }
+      }
+    });
+  }
+  run.cluster().sim().run_until(1e5);
+  EXPECT_TRUE(run.cluster().sim().failures().empty()) << run.cluster().sim().failures().front();
+  EXPECT_GT(copies, 10);
+  const std::map<std::string, uint64_t> finals = run.observer().finals();
+  ASSERT_EQ(finals.size(), 2u);
+  EXPECT_EQ(finals.at("a"), finals.at("b"));
+  // b contributed to every round: no copy displaced it or cut its wait short.
+  for (const sim::SimObserver::Applied& a : run.observer().history()) {
+    if (a.worker == "b") {
+      EXPECT_TRUE(a.contributed) << "round " << a.round;
+    }
+  }
+  EXPECT_GT(run.cluster().stats("a")["rejected_files"].get<int>() + run.cluster().stats("b")["rejected_files"].get<int>(), 0);
+}
+
+// A worker whose clock ran 10 minutes ahead, then died: its heartbeats looked fresh for those
+// 10 minutes, so an all-dead resume waited for it. Now ages count from arrival: a newcomer
+// resumes the run --stale-after after the last heartbeat arrived.
+TEST(ProtocolFaults, AHeartbeatFromTheFutureGoesStaleOnTime) {
+  ElasticRun run("skew", {"a", "b"});
+  const auto a = run.start(run.spec("a", 1000));
+  const auto b = run.start(run.spec("b", 1000));
+  run.cluster().sim().set_clock_skew(a, 600'000);
+  run.cluster().sim().at(10.0, [&] {
+    run.cluster().sim().kill(a);
+    run.cluster().sim().kill(b);
+  });
+  run.cluster().sim().at(12.0, [&] { run.start(run.spec("z", 1000)); });  // not in the last view
+  run.cluster().sim().run_until(200.0);
+  EXPECT_TRUE(run.cluster().sim().failures().empty()) << run.cluster().sim().failures().front();
+  EXPECT_EQ(run.cluster().stats("z")["self_elections"].get<int>(), 1);
+  EXPECT_GT(run.observer().max_round(), 100u) << "z waited for the skewed, dead a";
+}
+
+}  // namespace
+}  // namespace gradbox::exchange
