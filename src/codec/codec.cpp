@@ -195,9 +195,6 @@ void plain_to_float(const PayloadLayout& l, const uint8_t* plain, size_t elems, 
   }
 }
 
-void axpy(float weight, const float* __restrict__ x, size_t n, float* __restrict__ y) {
-  for (size_t i = 0; i < n; ++i) y[i] += weight * x[i];
-}
 
 // accumulate == false: dst = decoded; true: dst += weight * decoded.
 void decode_impl(const uint8_t* payload, size_t size, const CodecOptions& opt, bool accumulate,
@@ -231,12 +228,16 @@ void decode_impl(const uint8_t* payload, size_t size, const CodecOptions& opt, b
     for (size_t begin = 0; begin < elems; begin += step) {
       const size_t len = std::min(step, elems - begin);
       plain_to_float(l, w.plain.data(), elems, begin, len, w.scratch.data());
-      axpy(weight, w.scratch.data(), len, out + begin);
+      codec::accumulate(weight, w.scratch.data(), len, out + begin);
     }
   });
 }
 
 }  // namespace
+
+void accumulate(float weight, const float* __restrict__ x, size_t n, float* __restrict__ y) {
+  for (size_t i = 0; i < n; ++i) y[i] += weight * x[i];
+}
 
 const char* codec_name(Codec c) {
   switch (c) {

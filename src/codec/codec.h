@@ -77,8 +77,11 @@ std::vector<uint8_t> encode(const float* src, size_t n, const CodecOptions& opt)
 // opt's codec, shuffle and int8_block; CodecError otherwise, and for a truncated or corrupt
 // payload or trailing bytes. On error dst holds unspecified values.
 void decode(const uint8_t* payload, size_t size, const CodecOptions& opt, float* dst, size_t n);
-// dst[i] += weight * decoded[i], with chunk-sized scratch only. Same checks as decode(); on
-// error part of dst may already be updated.
+// y[i] += weight * x[i] in fp32: the one loop every weighted sum of gradients uses (decoders
+// and the emulated cluster alike), so that they round alike.
+void accumulate(float weight, const float* x, size_t n, float* y);
+// dst[i] += weight * decoded[i] (accumulate() on each decoded block), with chunk-sized scratch
+// only. Same checks as decode(); on error part of dst may already be updated.
 void decode_accumulate(const uint8_t* payload, size_t size, const CodecOptions& opt,
                        float weight, float* dst, size_t n);
 

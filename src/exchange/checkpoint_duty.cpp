@@ -23,6 +23,17 @@ void CheckpointDuty::local_checkpoint_written(uint64_t step, const fs::path& dir
 
 bool CheckpointDuty::publishing() const { return publisher_.busy(); }
 
+bool CheckpointDuty::publish_now(uint64_t step) {
+  std::error_code ec;
+  if (!local_ || local_->step != step || !fs::exists(local_->dir / "manifest.json", ec)) return false;
+  if (publisher_.busy()) return publishing_step_ == step;  // already on its way
+  local_->settled = true;
+  context_.log().warn(str("publishing the checkpoint of step ", step, " out of turn: the replicas disagree on it"));
+  publisher_.start(local_->dir, step, kContestedEpoch, context_.config.worker, local_->tokens, local_->parameters_checksum);
+  publishing_step_ = step;
+  return true;
+}
+
 // The agreed publisher of step s is V_s[(s + e) mod |V_s|] for epoch e; epoch e starts
 // e * checkpoint_failover_s after the step's local checkpoint was written, unless a checkpoint
 // of that step (or newer) is in the folder by then.

@@ -30,6 +30,12 @@ class CheckpointDuty {
   // Once a round (and while waiting): advances a publish, starts one when due, prunes.
   void maintain();
   bool publishing() const;
+  // Publishes the local checkpoint of `step` now, whoever's turn it was (the replicas disagree on
+  // the run's last step and this one holds the agreed state); false when there is none to publish.
+  bool publish_now(uint64_t step);
+  // Epoch of such an out-of-turn publish (Note [Folder checkpoints] readers skip a checkpoint
+  // whose parameters the replicas disagreed with, whatever its epoch).
+  static constexpr uint32_t kContestedEpoch = 99;
   // The newest folder checkpoint not known to be broken or disagreed with; with `wait`, waits
   // for one (until give_up_timeout_s after `since`, on the exchange's clock).
   std::optional<FolderCheckpoint> newest(bool wait, double since);

@@ -204,16 +204,47 @@ class FolderExchange final : public GradientExchange {
         return verdict.seen.count(m) > 0;
       });
       if (everyone || context_.clock.now_s() - start >= c.failover_timeout_s) {
-        if (verdict.minority) {
-          ++context_.stats.resyncs;
-          context_.log().error(str("after the last round (", round, ") this replica is in the minority of ",
-                                   verdict.seen.size(), " fingerprints; reloading the agreed state"));
-          views_.forget_expected();
-        }
+        settle_final_state(round, verdict);
         write_stats();
         return verdict.minority;
       }
       context_.check_alive();
+      context_.clock.sleep_s(0.05);
+    }
+  }
+
+  // A disputed last round cannot be repaired by replaying it (the minority would replay the
+  // same agreements again), so the agreed state itself travels: the smallest-named replica of
+  // the winning group publishes its final checkpoint out of turn, and a minority replica waits
+  // (bounded) for it before it reloads.
+  void settle_final_state(uint64_t round, const ReplicaCheck::Verdict& verdict) {
+    const FolderExchangeConfig& c = context_.config;
+    const std::optional<uint64_t> agreed = replicas_.agreed(round);
+    if (!agreed) return;
+    const bool disputed = std::any_of(verdict.seen.begin(), verdict.seen.end(), [&](const auto& w) { return w.second != *agreed; });
+    if (!disputed) return;
+    const double start = context_.clock.now_s();
+    auto waited_too_long = [&] { return context_.clock.now_s() - start >= c.give_up_timeout_s; };
+    if (!verdict.minority) {
+      const auto first = std::find_if(verdict.seen.begin(), verdict.seen.end(), [&](const auto& w) { return w.second == *agreed; });
+      if (first->first != c.worker || !checkpoints_.publish_now(round)) return;
+      while (checkpoints_.publishing() && !waited_too_long()) {
+        context_.check_alive();
+        checkpoints_.maintain();
+        context_.clock.sleep_s(0.05);
+      }
+      return;
+    }
+    ++context_.stats.resyncs;
+    context_.log().error(str("after the last round (", round, ") this replica is in the minority of ", verdict.seen.size(),
+                             " fingerprints; waiting for the agreed state, then reloading it"));
+    views_.forget_expected();
+    while (!waited_too_long()) {
+      const std::optional<FolderCheckpoint> newest = checkpoints_.newest(false, start);
+      if (newest && newest->step >= round && newest->parameters_checksum == *agreed) return;
+      if (context_.clock.now_s() - start >= c.failover_timeout_s + c.checkpoint_failover_s) return;  // reload what there is
+      context_.check_alive();
+      checkpoints_.maintain();
       context_.clock.sleep_s(0.05);
     }
   }

@@ -17,14 +17,15 @@
 //        sharded:     r-s<k>-e<e>-<owner>-<token>.gbx   (GradientShard reduced=true: the
 //                                                        weighted average itself, with its contributors)
 //   3. Everyone applies, per shard, the lowest-epoch agreement it sees. If none has appeared
-//      e * failover_timeout after a worker's own contribution, the epoch-e owner publishes one
-//      (within its window: Note [Seeing the folder]).
+//      e * failover_timeout after the round began (as seen from here), the epoch-e owner
+//      publishes one, within its window (Note [Seeing the folder]). Owners take turns in this
+//      order, and when a whole turn passes without an agreement, again (a few turns).
 //
 // Only the agreement decides who contributed, never each worker's own view; a slow owner and
 // its successor can still both publish (the folder is eventually consistent), so replicas
 // publish parameter fingerprints every K rounds and a mismatch is reported (and repaired in
 // the elastic layer). Every replica decodes the same bytes and sums them in the same order
-// (sorted by worker), so identical inputs give bit-identical averages.
+// (sorted by worker; token_weighted_sum.h), so identical inputs give bit-identical averages.
 //
 // Every worker also publishes its RunConfig (run_config_check.h); a peer whose settings differ
 // is refused.

@@ -1,8 +1,10 @@
 #pragma once
-// What the training loop needs from its peers, and nothing more: "here is my gradient over
-// T tokens; give me back the agreed, token-weighted average of this round". The folder
-// exchange (files in a shared folder) implements it; so will the NCCL/Gloo fast path.
-// No LibTorch and no protobuf here: the trainer includes this from torch translation units.
+// What the training loop needs from its peers, and nothing more: "here is my vector over
+// T tokens; give me back the agreed, token-weighted average of this round". The one averaging
+// interface: per-step training averages gradients through it, DiLoCo rounds will average model
+// deltas, and the folder exchange (files in a shared folder) and the NCCL/Gloo fast path
+// implement it. Rounds are numbered by the caller, one per call of all_reduce. No LibTorch and
+// no protobuf here: the trainer includes this from torch translation units.
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>

@@ -136,20 +136,28 @@ void RoundAgreement::check_new_contributions() {
       continue;
     }
     Contributor contributor{parsed->worker, g.tokens(), g.loss(), g.overflow(), wf->header.payload_checksum(), file.name};
+    // Only a sharded owner sums from here (a slice each); all-gather reads each again when it
+    // applies the commit, one at a time, instead of holding every peer's gradient.
+    if (context_.config.pattern == ExchangePattern::all_gather) wf->payload = std::string();
     checked_[parsed->shard].emplace(parsed->worker, Checked{std::move(contributor), std::move(*wf)});
     round_origin_ = std::min(round_origin_, now - static_cast<double>(now_ms - file.arrived_unix_ms) / 1000.0);
   }
 }
 
 // When epoch e's window of shard k opens and closes, in seconds after the round's origin.
+// Owners take turns in view order and, when a whole turn passes without an agreement (the
+// others dead, or this worker restarted after their windows), again: epoch e's owner is
+// members[(k + round + e) mod n], for kOwnerTurns turns; the last window never closes.
 std::pair<double, double> RoundAgreement::window(uint32_t k, uint32_t epoch) const {
   const double failover = context_.config.failover_timeout_s;
   double opens = 0;
   for (uint32_t e = 0; e < epoch; ++e)
     if (!departed_.count(owner(k, e))) opens += failover;
-  const bool last = epoch + 1 >= members_.size();
+  const bool last = epoch + 1 >= epochs();
   return {opens, last ? std::numeric_limits<double>::infinity() : opens + failover};
 }
+
+uint32_t RoundAgreement::epochs() const { return kOwnerTurns * static_cast<uint32_t>(members_.size()); }
 
 // An own agreement that has not landed when its window closes is taken back: the next owner in
 // line may be deciding the shard by now, and a late landing would compete with it.
@@ -251,9 +259,17 @@ bool RoundAgreement::valid_shape(uint64_t round, uint32_t shard, uint32_t count,
   return false;
 }
 
-void RoundAgreement::accumulate(const std::string& payload, float weight, std::vector<float>& sum) const {
-  codec::decode_accumulate(reinterpret_cast<const uint8_t*>(payload.data()), payload.size(), context_.config.codec, weight,
-                           sum.data(), sum.size());
+// A summand that rejects its file when it does not decode, so that the round can move on to
+// another agreement.
+TokenWeightedSum::Accumulate RoundAgreement::rejecting(const std::string& rel, TokenWeightedSum::Accumulate inner) {
+  return [this, rel, inner = std::move(inner)](float weight, float* sum, size_t n) {
+    try {
+      inner(weight, sum, n);
+    } catch (const std::exception& e) {
+      context_.reject(rel, e.what());
+      throw;
+    }
+  };
 }
 
 // All-gather: sum exactly the contributions the commit pins, in worker order.
@@ -279,42 +295,44 @@ bool RoundAgreement::apply_commit(uint32_t k, const wire::WireFile& file, const 
   ShardOutcome& shard = shards_[k];
   shard.view = commit.view();
   shard.contributors = contributors;
-  uint64_t total = 0;
-  for (const Contributor& c : contributors) total += c.tokens;
   // Skipped by everyone: an overflow, or nothing to average (a follower resuming the run alone
   // agrees an empty round first: Note [Elastic membership]).
+  uint64_t total = 0;
+  for (const Contributor& c : contributors) total += c.tokens;
   shard.skip = total == 0 ||
                std::any_of(contributors.begin(), contributors.end(), [](const Contributor& c) { return c.overflow; });
   if (shard.skip) return true;
-  const ShardRange range = shard_range(n_, context_.config.shard_count, k);
-  std::vector<float> sum(range.size(), 0.0f);
+  TokenWeightedSum sum;
   for (const Contributor& c : contributors) {
-    const float weight = contribution_weight(c.tokens, total);
     if (c.worker == self && c.file == own_files_[k] && c.checksum == own_checksums_[k]) {
-      accumulate(own_payloads_[k], weight, sum);
+      sum.add(c.worker, c.tokens, TokenWeightedSum::encoded(own_payloads_[k], context_.config.codec));
       continue;
     }
+    // Read when summed, one at a time: each is a whole model's gradient (shard), not all at once.
     const std::string part = round_dir() + "/" + c.file;
-    std::optional<wire::WireFile> contribution;
-    if (auto cached = checked_[k].find(c.worker); cached != checked_[k].end() && cached->second.contributor.file == c.file)
-      contribution = cached->second.file;
-    else
-      contribution = context_.read_checked(part, ExchangeContext::Side::own_first);
-    if (!contribution) return false;
-    if (checksum64(contribution->payload.data(), contribution->payload.size()) != c.checksum) {
-      context_.reject(part, str(part, ": is not the contribution commit ", name, " names (checksum differs)"));
-      return false;
-    }
-    try {
-      codec::CodecOptions opt = decode_options(contribution->header.gradient().codec(), context_.config.codec, part);
-      codec::decode_accumulate(reinterpret_cast<const uint8_t*>(contribution->payload.data()),
-                               contribution->payload.size(), opt, weight, sum.data(), sum.size());
-    } catch (const std::exception& e) {
-      context_.reject(part, e.what());
-      return false;
-    }
+    sum.add(c.worker, c.tokens, [this, part, c, name](float weight, float* out, size_t n) {
+      std::optional<wire::WireFile> contribution = context_.read_checked(part, ExchangeContext::Side::own_first);
+      if (!contribution) throw wire::WireError(str(part, ": not readable (gone, or rejected)"));
+      if (checksum64(contribution->payload.data(), contribution->payload.size()) != c.checksum) {
+        context_.reject(part, str(part, ": is not the contribution commit ", name, " names (checksum differs)"));
+        throw wire::WireError(str(part, ": checksum differs from the commit's"));
+      }
+      try {
+        const codec::CodecOptions opt = decode_options(contribution->header.gradient().codec(), context_.config.codec, part);
+        codec::decode_accumulate(reinterpret_cast<const uint8_t*>(contribution->payload.data()), contribution->payload.size(),
+                                 opt, weight, out, n);
+      } catch (const std::exception& e) {
+        context_.reject(part, e.what());
+        throw;
+      }
+    });
   }
-  std::copy(sum.begin(), sum.end(), grad_ + range.begin);
+  const ShardRange range = shard_range(n_, context_.config.shard_count, k);
+  try {
+    sum.sum_into(grad_ + range.begin, range.size());
+  } catch (const std::exception&) {
+    return false;  // not yet readable, or rejected (logged): try again, or the next agreement
+  }
   return true;
 }
 
@@ -360,7 +378,7 @@ bool RoundAgreement::folder_seen_since_start() { return context_.listings() >= l
 void RoundAgreement::maybe_publish(uint32_t k, const std::set<std::string>& visible) {
   const FolderExchangeConfig& c = context_.config;
   const double elapsed = context_.clock.now_s() - round_origin_;
-  for (uint32_t epoch = 0; epoch < members_.size(); ++epoch) {
+  for (uint32_t epoch = 0; epoch < epochs(); ++epoch) {
     if (owner(k, epoch) != c.worker) continue;
     const auto [opens, closes] = window(k, epoch);
     if (elapsed < opens) return;

@@ -15,6 +15,7 @@
 #include "exchange/exchange_context.h"
 #include "exchange/gradient_exchange.h"
 #include "exchange/membership.h"
+#include "exchange/token_weighted_sum.h"
 
 namespace gradbox::exchange {
 
@@ -91,6 +92,8 @@ class RoundAgreement {
   std::string round_dir() const;
   void check_new_contributions();
   std::pair<double, double> window(uint32_t shard, uint32_t epoch) const;
+  static constexpr uint32_t kOwnerTurns = 3;
+  uint32_t epochs() const;
   void withdraw_late_agreements();
   const std::string& owner(uint32_t shard, uint32_t epoch) const;
   wire::GradientShard* new_shard(wire::FileHeader& header, uint32_t shard) const;
@@ -107,7 +110,7 @@ class RoundAgreement {
   void maybe_publish(uint32_t shard, const std::set<std::string>& visible);
   void request_contributions(uint32_t shard, const std::set<std::string>& visible);
   void publish_agreement(uint32_t shard, uint32_t epoch);
-  void accumulate(const std::string& payload, float weight, std::vector<float>& sum) const;
+  TokenWeightedSum::Accumulate rejecting(const std::string& rel, TokenWeightedSum::Accumulate inner);
 
   ExchangeContext& context_;
   LagDeadline& deadline_;

@@ -149,19 +149,29 @@ void RoundAgreement::publish_agreement(uint32_t k, uint32_t epoch) {
     g->set_overflow(overflow);
     g->set_tokens(total);
     if (!overflow) {
-      std::vector<float> sum(range.size(), 0.0f);
-      for (const Contributor& x : contributors) {
-        const float weight = contribution_weight(x.tokens, total);
-        if (x.worker == c.worker) {
-          accumulate(own_payloads_[k], weight, sum);
-          continue;
+      TokenWeightedSum sum;
+      std::vector<float> reduced(range.size());
+      try {
+        for (const Contributor& x : contributors) {
+          if (x.worker == c.worker) {
+            sum.add(x.worker, x.tokens, TokenWeightedSum::encoded(own_payloads_[k], c.codec));
+            continue;
+          }
+          const std::string rel = round_dir() + "/" + x.file;
+          const wire::WireFile& file = checked_[k].at(x.worker).file;
+          sum.add(x.worker, x.tokens,
+                  rejecting(rel, TokenWeightedSum::encoded(file.payload, decode_options(file.header.gradient().codec(), c.codec, rel))));
         }
-        const wire::WireFile& file = checked_[k].at(x.worker).file;
-        codec::decode_accumulate(reinterpret_cast<const uint8_t*>(file.payload.data()), file.payload.size(),
-                                 decode_options(file.header.gradient().codec(), c.codec, x.file), weight, sum.data(),
-                                 sum.size());
+        sum.sum_into(reduced.data(), reduced.size());
+      } catch (const std::exception& e) {
+        // A contribution that does not decode: forget it and decide again without it.
+        context_.log().error(str("round ", round_, " shard ", k, ": not publishing an agreement: ", e.what()));
+        std::erase_if(checked_[k], [&](const auto& entry) {
+          return context_.rejected(round_dir() + "/" + entry.second.contributor.file);
+        });
+        return;
       }
-      std::vector<uint8_t> encoded = codec::encode(sum.data(), sum.size(), c.codec);
+      std::vector<uint8_t> encoded = codec::encode(reduced.data(), reduced.size(), c.codec);
       payload.assign(reinterpret_cast<const char*>(encoded.data()), encoded.size());
     }
   }

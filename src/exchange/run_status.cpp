@@ -1,5 +1,7 @@
 #include "exchange/run_status.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -18,6 +20,21 @@ namespace gradbox::exchange {
 namespace {
 
 namespace fs = std::filesystem;
+
+// Clocks of different machines disagree by this much without anyone noticing.
+constexpr double kClockSlackS = 5;
+
+// When this machine got a file: its .flag in a syncer's mirror (written after verification),
+// else the file's own modification time.
+int64_t seen_unix_ms(const fs::path& file) {
+  std::error_code ec;
+  fs::path flag = file;
+  flag += mirror::kFlagSuffix;
+  const fs::path& source = fs::exists(flag, ec) ? flag : file;
+  struct ::stat st {};
+  if (::stat(source.c_str(), &st) != 0) return 0;
+  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000 + st.st_mtim.tv_nsec / 1000000;
+}
 
 int64_t unix_ms_now() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -58,7 +75,12 @@ std::optional<CheckpointStatus> newest_checkpoint(const fs::path& dir, int64_t n
 RunStatus read_run_status(const fs::path& dir, double stale_after_s, const fs::path& local) {
   GB_REQUIRE(fs::is_directory(dir), "--shared ", dir.string(), ": not a folder");
   RunStatus status;
-  std::map<std::string, std::pair<uint64_t, wire::FileHeader>> newest;  // worker -> (sequence, header)
+  struct Newest {
+    uint64_t sequence = 0;
+    wire::FileHeader header;
+    int64_t seen_ms = 0;  // when this machine got it: the flag in a mirror, else the file's mtime
+  };
+  std::map<std::string, Newest> newest;
   std::error_code ec;
   for (fs::directory_iterator w(dir / "members", ec), end; !ec && w != end; w.increment(ec)) {
     std::error_code wec;
@@ -70,7 +92,7 @@ RunStatus read_run_status(const fs::path& dir, double stale_after_s, const fs::p
         if (!file.header.has_heartbeat()) continue;
         const wire::Heartbeat& hb = file.header.heartbeat();
         auto& slot = newest[hb.worker()];
-        if (hb.sequence() >= slot.first) slot = {hb.sequence(), file.header};
+        if (hb.sequence() >= slot.sequence) slot = {hb.sequence(), file.header, seen_unix_ms(f->path())};
       } catch (const std::exception& e) {
         status.unreadable.push_back(e.what());
       }
@@ -78,11 +100,16 @@ RunStatus read_run_status(const fs::path& dir, double stale_after_s, const fs::p
   }
   const int64_t now = unix_ms_now();
   for (const auto& [worker, entry] : newest) {
-    const wire::FileHeader& header = entry.second;
+    const wire::FileHeader& header = entry.header;
     const wire::Heartbeat& hb = header.heartbeat();
     MemberStatus m;
     m.worker = worker;
-    m.age_s = static_cast<double>(now - header.created_unix_ms()) / 1000.0;
+    // Freshness does not rest on the writer's clock alone: a beat dated in the future (a clock
+    // that runs ahead) ages from when this machine got it.
+    const double written_age_s = static_cast<double>(now - header.created_unix_ms()) / 1000.0;
+    const double seen_age_s = static_cast<double>(now - entry.seen_ms) / 1000.0;
+    m.clock_ahead_s = written_age_s < -kClockSlackS ? -written_age_s : 0;
+    m.age_s = std::max({written_age_s, seen_age_s, 0.0});
     // Fresh beats keep their own word: "joining" (catching up), "ready" (waiting to be let in), "live".
     m.state = hb.state() == "left" ? "left" : m.age_s > stale_after_s ? "stale" : hb.state().empty() ? "live" : hb.state();
     m.applied_round = hb.applied_round();
@@ -111,11 +138,13 @@ std::string format_run_status(const RunStatus& status) {
                 "tok/s", "loss", "uploaded 24h / cap");
   out += line;
   for (const MemberStatus& m : status.members) {
-    std::snprintf(line, sizeof line, "%-12s %-7s %8llu %9.1f %10.0f %9.4f %10.2f GB (%5.2f%%)\n", m.worker.c_str(),
+    std::snprintf(line, sizeof line, "%-12s %-7s %8llu %9.1f %10.0f %9.4f %10.2f GB (%5.2f%%)", m.worker.c_str(),
                   m.state.c_str(), static_cast<unsigned long long>(m.applied_round), m.age_s, m.tokens_per_second,
                   m.last_loss, static_cast<double>(m.bytes_uploaded_24h) / 1e9,
                   100.0 * static_cast<double>(m.bytes_uploaded_24h) / static_cast<double>(kDailyUploadCap));
     out += line;
+    if (m.clock_ahead_s > 0) out += str("  (its clock runs ", static_cast<int64_t>(m.clock_ahead_s), " s ahead)");
+    out += "\n";
   }
   if (status.members.empty()) out += "(no heartbeats yet)\n";
   out += "newest round folder: " + (status.newest_round ? std::to_string(status.newest_round) : std::string("none")) + "\n";

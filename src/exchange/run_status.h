@@ -16,7 +16,8 @@ struct MemberStatus {
   std::string worker;
   std::string state;  // "live", "joining", "ready", "stale" (no heartbeat for stale_after_s) or "left"
   uint64_t applied_round = 0;
-  double age_s = 0;   // since its newest heartbeat was written (writer's clock)
+  double age_s = 0;   // since its newest heartbeat was written, or got here if that is later (never negative)
+  double clock_ahead_s = 0;  // > 0: the writer's clock runs this far ahead of this machine's
   double tokens_per_second = 0;
   double last_loss = 0;
   uint64_t bytes_uploaded_24h = 0;

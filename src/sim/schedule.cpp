@@ -29,8 +29,12 @@ fs::path scratch_root() {
   return fs::is_directory("/dev/shm", ec) ? fs::path("/dev/shm") : fs::temp_directory_path();
 }
 
+// Timeouts as a user sizes them for a folder (README): the failover window well above the
+// folder's p90 lag, so that an owner that is merely slow is rarely taken over. Outages and
+// pauses in a schedule still outlast them.
 exchange::FolderExchangeConfig worker_config(const std::string& name, const std::vector<std::string>& founders,
-                                             bool sharded, const fs::path& local, uint64_t incarnation_seed) {
+                                             bool sharded, const fs::path& local, uint64_t incarnation_seed,
+                                             double lag_p90_s) {
   exchange::FolderExchangeConfig c;
   c.run_id = "schedule";
   c.model_fingerprint = 0x5eed;
@@ -40,18 +44,18 @@ exchange::FolderExchangeConfig worker_config(const std::string& name, const std:
   c.pattern = sharded ? exchange::ExchangePattern::sharded : exchange::ExchangePattern::all_gather;
   c.shard_count = sharded ? 4 : 1;
   c.codec.codec = codec::Codec::fp32;
-  c.contribution_timeout_s = 3;
+  c.failover_timeout_s = std::max(5.0, 8 * lag_p90_s);
+  c.contribution_timeout_s = 0.6 * c.failover_timeout_s;
   c.deadline_floor_s = 0.5;
-  c.failover_timeout_s = 5;
   c.give_up_timeout_s = 900;
   c.heartbeat_interval_s = 1;
-  c.stale_after_s = 8;
+  c.stale_after_s = 2 * c.failover_timeout_s;
   c.fingerprint_interval = 2;
   c.gc_window = 4;
   c.checkpoint_failover_s = 5;
   c.keep_folder_checkpoints = 2;
   c.wait_for_syncer = true;
-  c.poll_interval_s = 0.05;
+  c.poll_interval_s = 0.1;
   c.incarnation_seed = incarnation_seed;
   return c;
 }
@@ -100,7 +104,7 @@ class Scheduler {
   void start(const std::string& name) {
     SimWorkerSpec spec;
     spec.name = name;
-    spec.exchange = worker_config(name, founders_, sharded_, root_ / name / "local", rng_() | 1);
+    spec.exchange = worker_config(name, founders_, sharded_, root_ / name / "local", rng_() | 1, folder_.faults().lag_p90_s);
     spec.run_dir = root_ / name / "run";
     spec.rounds = options_.rounds;
     spec.checkpoint_interval = 5;

@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "common/json_file.h"
 #include "common/log.h"
+#include "exchange/token_weighted_sum.h"
 #include "model/hf.h"
 #include "worker/checkpoint.h"
 
@@ -201,18 +202,17 @@ Trainer::LocalGradient Trainer::emulated_gradient() {
     grads.push_back(flat_->grads().to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true));
     total += parts.back().tokens;
   }
-  // The same arithmetic as the exchange: sorted by name, weights from contribution_weight,
-  // y += w * x in fp32, so that an fp32 cluster run reproduces this bit for bit.
-  torch::Tensor sum = torch::zeros({flat_->numel()}, torch::kFloat32);
-  float* y = sum.data_ptr<float>();
+  // The exchange's own arithmetic (exchange::TokenWeightedSum), so that an fp32 cluster run
+  // reproduces this bit for bit.
+  exchange::TokenWeightedSum average;
   LocalGradient result{0.0, total};
   for (size_t i = 0; i < emulated_.size(); ++i) {
-    const float w = exchange::contribution_weight(parts[i].tokens, total);
-    const float* x = grads[i].data_ptr<float>();
-    for (int64_t j = 0; j < flat_->numel(); ++j) y[j] += w * x[j];
+    average.add(emulated_[i].name, parts[i].tokens, exchange::TokenWeightedSum::floats(grads[i].data_ptr<float>()));
     result.loss += parts[i].loss * static_cast<double>(parts[i].tokens);
   }
   result.loss /= static_cast<double>(total);
+  torch::Tensor sum = torch::empty({flat_->numel()}, torch::kFloat32);
+  average.sum_into(sum.data_ptr<float>(), static_cast<size_t>(sum.numel()));
   flat_->grads().copy_(sum);
   return result;
 }

@@ -139,6 +139,31 @@ TEST(ElasticProtocol, ADivergedReplicaIsRepaired) {
   EXPECT_EQ(finals.at("b"), finals.at("c"));
 }
 
+// Every worker dies in the middle of a round; one restarts alone. Its round's early owners'
+// windows closed long ago (they count from when the round began), and the owner after it in
+// line is dead: owners take turns again, so it agrees the round itself and carries on.
+TEST(ElasticProtocol, AllDieAndOneRestartedMemberResumesTheRun) {
+  ElasticRun run("all_die", {"a", "b"});
+  const auto a = run.start(run.spec("a", 60));
+  const auto b = run.start(run.spec("b", 60));
+  run.cluster().sim().at(7.9, [&] {
+    run.cluster().sim().kill(a);
+    run.cluster().sim().kill(b);
+  });
+  run.cluster().sim().at(20.0, [&] {
+    sim::SimWorkerSpec again = run.spec("b", 60);
+    again.exchange.incarnation_seed = 77;
+    run.cluster().sim().spawn("b-restarted", [&, again](mirror::Clock& clock) {
+      sim::run_sim_worker(again, run.cluster().folder().disk("b"), clock, run.observer());
+    });
+  });
+  run.cluster().sim().run_until(1e5);
+  EXPECT_TRUE(run.cluster().sim().failures().empty()) << run.cluster().sim().failures().front();
+  ASSERT_TRUE(run.observer().finals().count("b"));
+  EXPECT_EQ(run.observer().max_round(), 60u);
+  EXPECT_TRUE(run.divergent_rounds().empty()) << run.divergent_rounds().front();
+}
+
 // The shared folder unreachable for 20 s (an unmounted Drive): before, both workers agreed
 // rounds without each other and trained on as two models, exiting 0. Now the one that cannot
 // see the folder agrees nothing alone, and both finish identical.

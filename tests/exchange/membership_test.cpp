@@ -8,6 +8,7 @@
 #include "common/atomic_file.h"
 #include "exchange/exchange_context.h"
 #include "exchange/membership.h"
+#include "exchange/run_status.h"
 #include "mirror/memory_mirror.h"
 #include "mirror/virtual_clock.h"
 #include "wire/envelope.h"
@@ -106,6 +107,35 @@ TEST(Heartbeats, NewestBeatOfThisRunPerPeerAgedByArrival) {
   EXPECT_EQ(namesake->incarnation, 1234u);
   EXPECT_TRUE(forgot_older);  // the older mirrored beat is dropped
   sim.kill_all();
+}
+
+// gradbox status reads a folder once, with no memory: a heartbeat dated in the future by a clock
+// that runs ahead must not look fresh for as long as that clock is ahead.
+TEST(RunStatus, AHeartbeatFromTheFutureAgesFromWhenItGotHere) {
+  const fs::path dir = fs::temp_directory_path() / ("gradbox_status_skew_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::system_clock::now().time_since_epoch()).count();
+  auto put = [&](const std::string& worker, double got_here_s_ago) {
+    const fs::path file = dir / "members" / worker / "hb-0000000000001-x.gbx";
+    fs::create_directories(file.parent_path());
+    write_file_atomic(file, heartbeat("run", worker, now + 600'000, "live", 3));  // "written" 10 minutes from now
+    fs::last_write_time(file, fs::file_time_type::clock::now() - std::chrono::milliseconds(static_cast<int64_t>(got_here_s_ago * 1000)));
+  };
+  put("dead", 120);  // arrived two minutes ago, nothing since
+  put("alive", 1);
+  const RunStatus status = read_run_status(dir, 60);
+  ASSERT_EQ(status.members.size(), 2u);
+  const MemberStatus& alive = status.members[0];
+  const MemberStatus& dead = status.members[1];
+  EXPECT_EQ(dead.worker, "dead");
+  EXPECT_EQ(dead.state, "stale");
+  EXPECT_NEAR(dead.age_s, 120, 5);
+  EXPECT_NEAR(dead.clock_ahead_s, 600, 5);
+  EXPECT_EQ(alive.state, "live");
+  EXPECT_GE(alive.age_s, 0);
+  EXPECT_NE(format_run_status(status).find("clock runs "), std::string::npos) << format_run_status(status);
+  fs::remove_all(dir);
 }
 
 }  // namespace
