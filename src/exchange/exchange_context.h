@@ -90,7 +90,6 @@ class ExchangeContext {
   std::optional<wire::WireFile> read_checked(const std::string& rel, Side side = Side::peers);
   void reject(const std::string& rel, const std::string& reason);
   bool rejected(const std::string& rel) const { return rejected_.count(rel) > 0; }
-  void forget_rejections() { rejected_.clear(); }  // a new round: files may be retried
 
   // Whether this worker can see the shared folder: the syncer's completed listings, sampled
   // at most every few hundred milliseconds (reading them costs a file read on disk).

@@ -88,8 +88,10 @@ void RoundAgreement::become_sole_member() {
 
 bool RoundAgreement::poll() {
   context_.listings();  // sampled all along, so that a blind spell is told from not looking
-  const std::set<std::string> visible = visible_files();
-  check_new_contributions();
+  // One listing of the round folder per poll serves both the checks and the decisions.
+  const std::vector<mirror::Arrival> arrivals = context_.mirror.list(round_dir());
+  const std::set<std::string> visible = visible_files(arrivals);
+  check_new_contributions(arrivals);
   withdraw_late_agreements();
   if (member_) observe_lags(visible);
   bool all_done = true;
@@ -113,10 +115,10 @@ bool RoundAgreement::poll() {
 // its own contribution, or the earliest arrival here of a peer's that checks out, whichever came
 // first. A worker that restarts in the middle of a round (or arrives late) thus finds the early
 // windows already closed, instead of opening its own and competing with the owner in charge.
-void RoundAgreement::check_new_contributions() {
+void RoundAgreement::check_new_contributions(const std::vector<mirror::Arrival>& arrivals) {
   const double now = context_.clock.now_s();
   const int64_t now_ms = context_.clock.unix_ms();
-  for (const mirror::Arrival& file : context_.mirror.list(round_dir())) {
+  for (const mirror::Arrival& file : arrivals) {
     std::optional<ContributionName> parsed = parse_contribution_name(file.name);
     if (!parsed || parsed->shard >= checked_.size() || parsed->worker == context_.config.worker ||
         !contains(members_, parsed->worker) || checked_[parsed->shard].count(parsed->worker) ||
@@ -178,9 +180,9 @@ void RoundAgreement::withdraw_late_agreements() {
   }
 }
 
-std::set<std::string> RoundAgreement::visible_files() const {
+std::set<std::string> RoundAgreement::visible_files(const std::vector<mirror::Arrival>& arrivals) const {
   std::set<std::string> names;
-  for (const mirror::Arrival& file : context_.mirror.list(round_dir())) names.insert(file.name);
+  for (const mirror::Arrival& file : arrivals) names.insert(file.name);
   // Own files, also from an earlier life (the syncer never mirrors them back). An own agreement
   // counts only once it has landed: one the others cannot see yet must not decide anything here,
   // or a worker that cannot reach the folder would go on alone.
@@ -388,7 +390,7 @@ void RoundAgreement::maybe_publish(uint32_t k, const std::set<std::string>& visi
       std::optional<AgreementName> parsed = parse_agreement_name(c.pattern, name);
       if (parsed && parsed->shard == k && parsed->epoch == epoch) return;  // waits for it to land
     }
-    request_contributions(k, visible);
+    request_contributions(k);
     // Present means a contribution that checks out: a stranger's copy under a member's name
     // must not make the owner stop waiting for the real one.
     std::vector<std::string> present{c.worker};
@@ -432,13 +434,12 @@ void RoundAgreement::maybe_publish(uint32_t k, const std::set<std::string>& visi
   }
 }
 
-void RoundAgreement::request_contributions(uint32_t k, const std::set<std::string>& visible) {
+void RoundAgreement::request_contributions(uint32_t k) {
   if (context_.config.pattern != ExchangePattern::sharded) return;
-  // Contributions are fetched on demand, and their names are unpredictable: ask for what the
-  // listing shows (the syncer lists every name, flagged or not, in the requests folder).
+  // Contributions are fetched on demand and their names end in unpredictable tokens: ask for
+  // each member's by name prefix (Note [The syncer contract]).
   for (const std::string& m : members_)
     if (m != context_.config.worker) context_.mirror.request(str(round_dir(), "/", "g-", m, "-s", k, "-"));
-  (void)visible;
 }
 
 }  // namespace gradbox::exchange

@@ -75,7 +75,7 @@ class RoundAgreement {
   const std::vector<Contributor>& contributors() const { return shards_[0].contributors; }
   const wire::RoundView& view() const { return shards_[0].view; }
   // Flagged files of this round's folder, own included (for the checks that need the listing).
-  std::set<std::string> visible_files() const;
+  std::set<std::string> visible_files(const std::vector<mirror::Arrival>& arrivals) const;
 
  private:
   struct ShardOutcome {
@@ -90,7 +90,7 @@ class RoundAgreement {
   };
 
   std::string round_dir() const;
-  void check_new_contributions();
+  void check_new_contributions(const std::vector<mirror::Arrival>& arrivals);
   std::pair<double, double> window(uint32_t shard, uint32_t epoch) const;
   static constexpr uint32_t kOwnerTurns = 3;
   uint32_t epochs() const;
@@ -108,7 +108,7 @@ class RoundAgreement {
   bool apply_reduced(uint32_t shard, const wire::WireFile& file, const std::string& name);
   bool valid_shape(uint64_t round, uint32_t shard, uint32_t count, uint32_t expected, const std::string& name);
   void maybe_publish(uint32_t shard, const std::set<std::string>& visible);
-  void request_contributions(uint32_t shard, const std::set<std::string>& visible);
+  void request_contributions(uint32_t shard);
   void publish_agreement(uint32_t shard, uint32_t epoch);
   TokenWeightedSum::Accumulate rejecting(const std::string& rel, TokenWeightedSum::Accumulate inner);
 
