@@ -110,7 +110,7 @@ void add_shared_flags(CLI::App* cmd, SharedFlags& f) {
   cmd->add_option("--run-id", f.run_id, "Run identity carried by every file (default: the shared folder's name)");
   cmd->add_option("--exchange", f.pattern, "all-gather (everyone downloads everything) or sharded (owners reduce slices)")
       ->capture_default_str();
-  cmd->add_option("--codec", f.codec, "Gradient codec: fp32, fp16, bf16 or int8 (+zstd)")->capture_default_str();
+  cmd->add_option("--codec", f.codec, "Gradient codec: fp32, fp16, bf16, int8 or int4 (+zstd)")->capture_default_str();
   cmd->add_option("--zstd-level", f.zstd_level, "zstd level of the codec")->capture_default_str();
   cmd->add_option("--shards", f.shards, "Shards per gradient (0: 1 for all-gather, one per worker for sharded)");
   cmd->add_option("--contribution-timeout", f.contribution_timeout,
@@ -178,6 +178,8 @@ exchange::FolderExchangeConfig exchange_config(const SharedFlags& f, const worke
   c.give_up_timeout_s = f.give_up_timeout;
   c.fingerprint_interval = f.fingerprint_interval;
   c.gc_window = f.gc_window;
+  c.sync = worker::describe_sync(train);
+  GB_REQUIRE(!f.overlap || train.sync == worker::SyncMode::gradient, "--overlap: only with --sync gradient");
   return c;
 }
 
@@ -220,7 +222,7 @@ void add_train_command(CLI::App& app) {
   flags->add("--grad-accum", &worker::TrainConfig::grad_accum, "Micro-batches per optimizer step");
   flags->add("--max-steps", &worker::TrainConfig::max_steps, "Optimizer steps in the whole run");
   flags->add_parsed<worker::OptimizerKind>("--optimizer", &worker::TrainConfig::optimizer, "adamw",
-                                           worker::parse_optimizer, "adamw or lamb");
+                                           worker::parse_optimizer, "adamw, lamb or sgd");
   flags->add("--lr", &worker::TrainConfig::lr, "Peak learning rate");
   flags->add("--min-lr", &worker::TrainConfig::min_lr, "Learning rate at the end of the cosine");
   flags->add("--warmup-steps", &worker::TrainConfig::warmup_steps, "Linear warmup steps");
@@ -246,6 +248,14 @@ void add_train_command(CLI::App& app) {
   take_last(cmd->add_option("--stop-at-step", *stop_at_step, "Stop after this step with a checkpoint, as if interrupted (0: never)"));
   flags->add("--emulate-workers", &worker::TrainConfig::emulate_workers,
              "One process on the union of workers' batches, name:micro_batch,... (the cluster reference)");
+  flags->add_parsed<worker::SyncMode>("--sync", &worker::TrainConfig::sync, "gradient", worker::parse_sync,
+                                      "gradient (average gradients every step) or diloco (average parameter deltas "
+                                      "every --inner-steps steps, then an outer Nesterov step)");
+  flags->add("--inner-steps", &worker::TrainConfig::inner_steps, "DiLoCo: local steps per round (H)");
+  flags->add("--outer-lr", &worker::TrainConfig::outer_lr, "DiLoCo: learning rate of the outer SGD step");
+  flags->add("--outer-momentum", &worker::TrainConfig::outer_momentum, "DiLoCo: Nesterov momentum of the outer step");
+  flags->add("--sync-warmup-steps", &worker::TrainConfig::sync_warmup_steps,
+             "DiLoCo: per-step gradient rounds before the first DiLoCo round");
   auto shared = std::make_shared<SharedFlags>();
   add_shared_flags(cmd, *shared);
 

@@ -26,13 +26,14 @@ constexpr size_t kSubBlockElems = 16384;  // decode_accumulate converts this man
 HalfKind half_kind(Codec c) { return c == Codec::fp16 ? HalfKind::fp16 : HalfKind::bf16; }
 
 void validate(const CodecOptions& opt) {
-  GB_REQUIRE(static_cast<uint8_t>(opt.codec) <= static_cast<uint8_t>(Codec::int8),
+  GB_REQUIRE(static_cast<uint8_t>(opt.codec) <= static_cast<uint8_t>(Codec::int4),
              "codec options: unknown codec id ", static_cast<int>(opt.codec));
   GB_REQUIRE(opt.zstd_level >= ZSTD_minCLevel() && opt.zstd_level <= ZSTD_maxCLevel(),
              "codec options: zstd level ", opt.zstd_level, " outside [", ZSTD_minCLevel(), ", ",
              ZSTD_maxCLevel(), "]");
   GB_REQUIRE(opt.int8_block >= 1 && opt.int8_block <= kChunkElems,
-             "codec options: int8 block ", opt.int8_block, " outside [1, ", kChunkElems, "]");
+             "codec options: int8_block (the int8/int4 block) ", opt.int8_block, " outside [1, ",
+             kChunkElems, "]");
   GB_REQUIRE(opt.threads >= 1, "codec options: threads ", opt.threads, " < 1");
 }
 
@@ -117,6 +118,11 @@ const uint8_t* to_plain(const PayloadLayout& l, const float* src, size_t elems,
                              reinterpret_cast<int8_t*>(p + 4 * blocks));
       break;
     }
+    case Codec::int4: {
+      const size_t blocks = kernels::int8_block_count(elems, l.block);
+      kernels::quantize_int4(src, elems, l.block, reinterpret_cast<float*>(p), p + 4 * blocks);
+      break;
+    }
   }
   return p;
 }
@@ -164,7 +170,7 @@ void decompress_chunk(const uint8_t* src, const ChunkRef& r, size_t c, size_t pl
 }
 
 // Elements [begin, begin + len) of a chunk of `elems` elements, from its plain bytes, to fp32.
-// For int8, begin is a multiple of the block.
+// For int8, begin is a multiple of the block; for int4, of the block and of 2 (a whole byte).
 void plain_to_float(const PayloadLayout& l, const uint8_t* plain, size_t elems, size_t begin,
                     size_t len, float* out) {
   switch (l.codec) {
@@ -192,7 +198,22 @@ void plain_to_float(const PayloadLayout& l, const uint8_t* plain, size_t elems, 
                                l.block, out);
       break;
     }
+    case Codec::int4: {
+      const size_t blocks = kernels::int8_block_count(elems, l.block);
+      kernels::dequantize_int4(reinterpret_cast<const float*>(plain) + begin / l.block,
+                               plain + 4 * blocks + begin / 2, len, l.block, out);
+      break;
+    }
   }
+}
+
+// decode_accumulate's sub-block: about kSubBlockElems, and for int8/int4 a whole number of
+// blocks (for int4 an even number of elements too, so each sub-block starts on a byte).
+size_t sub_block_elems(const PayloadLayout& l) {
+  if (!is_quantised(l.codec)) return kSubBlockElems;
+  const size_t unit =
+      l.codec == Codec::int4 && l.block % 2 ? 2 * static_cast<size_t>(l.block) : l.block;
+  return std::max<size_t>(unit, kSubBlockElems / unit * unit);
 }
 
 
@@ -220,10 +241,8 @@ void decode_impl(const uint8_t* payload, size_t size, const CodecOptions& opt, b
       plain_to_float(l, w.plain.data(), elems, 0, elems, out);
       return;
     }
-    // Sub-blocks that stay in L1/L2; for int8 a whole number of blocks.
-    const size_t step =
-        l.codec == Codec::int8 ? std::max<size_t>(l.block, kSubBlockElems / l.block * l.block)
-                               : kSubBlockElems;
+    // Sub-blocks that stay in L1/L2.
+    const size_t step = sub_block_elems(l);
     w.scratch.resize(std::min(step, elems));
     for (size_t begin = 0; begin < elems; begin += step) {
       const size_t len = std::min(step, elems - begin);
@@ -245,15 +264,17 @@ const char* codec_name(Codec c) {
     case Codec::fp16: return "fp16";
     case Codec::bf16: return "bf16";
     case Codec::int8: return "int8";
+    case Codec::int4: return "int4";
   }
   return "unknown";
 }
 
 Codec parse_codec(const std::string& name) {
-  for (Codec c : {Codec::fp32, Codec::fp16, Codec::bf16, Codec::int8}) {
+  for (Codec c : {Codec::fp32, Codec::fp16, Codec::bf16, Codec::int8, Codec::int4}) {
     if (name == codec_name(c)) return c;
   }
-  throw InputError(str("codec: unknown value '", name, "' (choices: fp32, fp16, bf16, int8)"));
+  throw InputError(
+      str("codec: unknown value '", name, "' (choices: fp32, fp16, bf16, int8, int4)"));
 }
 
 CodecOptions default_options(Codec codec) {

@@ -11,14 +11,21 @@
 //   7  u8 0
 //   8  u64 n         element count
 //   16 u32 chunk     elements per chunk (the last holds the rest), a power of two <= 2^22
-//   20 u32 block     int8: elements per absmax block; other codecs: 0
+//   20 u32 block     int8, int4: elements per absmax block; other codecs: 0
 //   24 u32 chunks    ceil(n / chunk)
 //   28 u32 0
 //   32 u32 size[chunks]  stored bytes of each chunk; bit 31 set: stored raw (zstd did not pay)
 // A chunk's plain bytes, before zstd, are fully determined by its element count:
 //   fp32: 4 bytes per element (4 byte planes when shuffled);
 //   fp16, bf16: 2 bytes per element (all low bytes, then all high bytes, when shuffled);
-//   int8: one fp32 scale per block (ceil(elems / block)), then one int8 per element.
+//   int8: one fp32 scale per block (ceil(elems / block)), then one int8 per element;
+//   int4: one fp32 scale per block (ceil(elems / block)), then ceil(elems / 2) bytes of 4-bit
+//     two's-complement levels (-7..7), element i of the chunk in byte i / 2, the low nibble
+//     for even i. The nibbles run on across blocks (an odd block shares a byte with the next
+//     one) and each chunk is packed on its own; for an odd elems the last byte's high nibble is
+//     0 on encode and ignored on decode.
+// Blocks restart at each chunk (the last block of a chunk may be short). int8 and int4 ignore
+// the shuffle option (flag bit 0 is always clear for them).
 // Each compressed chunk is exactly one zstd frame that records its content size. The decoder
 // knows every size from (n, options) before it reads the payload: it checks the preamble
 // against the caller's n and options, the table against the payload size, and each frame's
@@ -27,10 +34,11 @@
 // checksums the whole payload.
 //
 // Non-finite input: fp32 keeps every bit (NaN payloads too); fp16/bf16 keep inf and NaN and
-// turn values beyond the format's range into inf (IEEE, no clamping); int8 encodes a block
-// holding any inf/NaN with a NaN scale, so the whole block decodes to NaN. Either way a
+// turn values beyond the format's range into inf (IEEE, no clamping); int8 and int4 encode a
+// block holding any inf/NaN with a NaN scale, so the whole block decodes to NaN. Either way a
 // non-finite input shows up as non-finite output and the caller's overflow check fires.
-// int8 blocks whose absmax is below 2^-100 (all-zero blocks included) decode to zeros.
+// int8/int4 blocks whose absmax is below 2^-100 (all-zero blocks included) decode to zeros.
+// Rounding and bounds of the quantised codecs: src/kernels/quantize.h.
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>
@@ -39,16 +47,16 @@
 
 namespace gradbox::codec {
 
-enum class Codec : uint8_t { fp32 = 0, fp16 = 1, bf16 = 2, int8 = 3 };
+enum class Codec : uint8_t { fp32 = 0, fp16 = 1, bf16 = 2, int8 = 3, int4 = 4 };
 
-const char* codec_name(Codec);               // "fp32","fp16","bf16","int8"
+const char* codec_name(Codec);               // "fp32","fp16","bf16","int8","int4"
 Codec parse_codec(const std::string& name);  // throws InputError naming the value and the choices
 
 struct CodecOptions {
   Codec codec = Codec::fp16;
   int zstd_level = 1;
-  bool shuffle = true;          // byte-plane shuffle before zstd (ignored for int8)
-  uint32_t int8_block = 256;    // elements per absmax block
+  bool shuffle = true;          // byte-plane shuffle before zstd (ignored for int8 and int4)
+  uint32_t int8_block = 256;    // elements per absmax block of both int8 and int4
   int threads = 1;              // encode/decode chunks in parallel; output does not depend on it
 };
 

@@ -43,6 +43,8 @@ size_t PayloadLayout::plain_bytes(size_t elems) const {
     case Codec::fp16:
     case Codec::bf16: return 2 * elems;
     case Codec::int8: return 4 * kernels::int8_block_count(elems, block) + elems;
+    case Codec::int4:
+      return 4 * kernels::int8_block_count(elems, block) + kernels::int4_packed_bytes(elems);
   }
   GB_CHECK(false, "codec ", static_cast<int>(codec));
 }
@@ -50,8 +52,8 @@ size_t PayloadLayout::plain_bytes(size_t elems) const {
 PayloadLayout make_layout(const CodecOptions& opt, size_t n) {
   PayloadLayout l;
   l.codec = opt.codec;
-  l.shuffle = opt.shuffle && opt.codec != Codec::int8;
-  l.block = opt.codec == Codec::int8 ? opt.int8_block : 0;
+  l.shuffle = opt.shuffle && !is_quantised(opt.codec);
+  l.block = is_quantised(opt.codec) ? opt.int8_block : 0;
   l.n = n;
   l.chunk_elems = kChunkElems;
   l.chunks = (n + kChunkElems - 1) / kChunkElems;
@@ -87,7 +89,7 @@ std::vector<ChunkRef> read_preamble(const uint8_t* payload, size_t size,
   if (p[4] != kVersion) {
     fail(str("format version ", int{p[4]}, ", this build reads ", int{kVersion}));
   }
-  if (p[5] > static_cast<uint8_t>(Codec::int8)) fail(str("unknown codec id ", int{p[5]}));
+  if (p[5] > static_cast<uint8_t>(Codec::int4)) fail(str("unknown codec id ", int{p[5]}));
   l.codec = static_cast<Codec>(p[5]);
   if (p[6] & ~kFlagShuffle) fail(str("unknown flags 0x", std::hex, int{p[6]}));
   l.shuffle = (p[6] & kFlagShuffle) != 0;
@@ -105,7 +107,9 @@ std::vector<ChunkRef> read_preamble(const uint8_t* payload, size_t size,
     fail(str("written ", l.shuffle ? "with" : "without", " byte shuffle, expected ",
              expected.shuffle ? "with" : "without"));
   }
-  if (l.block != expected.block) fail(str("int8 block ", l.block, ", expected ", expected.block));
+  if (l.block != expected.block) {
+    fail(str(codec_name(l.codec), " block ", l.block, ", expected ", expected.block));
+  }
   if (l.n != expected.n) fail(str("holds ", l.n, " elements, expected ", expected.n));
   if (!std::has_single_bit(l.chunk_elems) || l.chunk_elems > kMaxChunkElems) {
     fail(str("chunk size ", l.chunk_elems, " elements: not a power of two up to ", kMaxChunkElems));

@@ -15,8 +15,8 @@ inline constexpr uint32_t kStoredRaw = 0x80000000u;
 // What the preamble says; fixed by (n, options) on both sides.
 struct PayloadLayout {
   Codec codec = Codec::fp32;
-  bool shuffle = false;     // effective: never for int8
-  uint32_t block = 0;       // int8 block, 0 for the other codecs
+  bool shuffle = false;     // effective: never for int8 and int4
+  uint32_t block = 0;       // int8/int4 block, 0 for the other codecs
   uint64_t n = 0;
   uint32_t chunk_elems = kChunkElems;
   uint64_t chunks = 0;
@@ -25,6 +25,9 @@ struct PayloadLayout {
   size_t chunk_size(size_t c) const;     // elements in chunk c
   size_t plain_bytes(size_t elems) const;  // bytes of a chunk of `elems` elements before zstd
 };
+
+// int8 and int4: blockwise absmax, no byte planes, a block size in the preamble.
+inline bool is_quantised(Codec c) { return c == Codec::int8 || c == Codec::int4; }
 
 PayloadLayout make_layout(const CodecOptions& opt, size_t n);
 

@@ -29,6 +29,9 @@ struct FolderExchangeConfig {
   ExchangePattern pattern = ExchangePattern::all_gather;
   uint32_t shard_count = 0;  // 0: the run's (a joiner adopts it); new runs: 1 for all-gather, one per founder for sharded
   codec::CodecOptions codec;
+  // What a round averages, as peers must agree on it: "gradient", or the DiLoCo settings
+  // (Note [DiLoCo rounds]); a peer with another is refused like one with another codec.
+  std::string sync = "gradient";
   double contribution_timeout_s = 30;  // the ceiling of the adaptive contribution deadline
   double deadline_floor_s = 2;         // its floor
   double deadline_k = 4;               // deadline = median lag + k * spread (MAD), clamped

@@ -4,6 +4,7 @@
 
 #include "common/checksum.h"
 #include "common/error.h"
+#include "exchange/folder_names.h"
 
 namespace gradbox::exchange {
 
@@ -12,6 +13,8 @@ nlohmann::json ExchangeStats::to_json() const {
           {"skipped_rounds", skipped_rounds},
           {"bytes_written", bytes_written},
           {"bytes_read", bytes_read},
+          {"round_bytes_written", round_bytes_written},
+          {"round_bytes_read", round_bytes_read},
           {"agreements_published", agreements_published},
           {"failovers", failovers},
           {"late_agreements_seen", late_agreements_seen},
@@ -68,6 +71,7 @@ wire::FileHeader ExchangeContext::new_header() {
 void ExchangeContext::publish(const std::string& rel, const std::string& bytes) {
   mirror.publish(rel, bytes);
   stats.bytes_written += bytes.size();
+  if (rel.starts_with(kRoundsDirPrefix)) stats.round_bytes_written += bytes.size();
   uploads_.emplace_back(clock.unix_ms(), bytes.size());
 }
 
@@ -88,7 +92,8 @@ std::optional<wire::WireFile> ExchangeContext::read_checked(const std::string& r
   try {
     wire::WireFile file = wire::parse(*bytes, mirror.where(rel));
     wire::check_identity(file.header, config.run_id, config.model_fingerprint, mirror.where(rel));
-    stats.bytes_read += file.payload.size();
+    stats.bytes_read += bytes->size();
+    if (rel.starts_with(kRoundsDirPrefix)) stats.round_bytes_read += bytes->size();
     return file;
   } catch (const std::exception& e) {
     reject(rel, e.what());

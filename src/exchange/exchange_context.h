@@ -27,6 +27,10 @@ struct ExchangeStats {
   uint64_t skipped_rounds = 0;
   uint64_t bytes_written = 0;
   uint64_t bytes_read = 0;
+  // Of those, the rounds' files (contributions, agreements, reduced shards): what a round costs,
+  // without heartbeats and run configs (checkpoint parts are counted by neither).
+  uint64_t round_bytes_written = 0;
+  uint64_t round_bytes_read = 0;
   uint64_t agreements_published = 0;
   uint64_t failovers = 0;
   uint64_t late_agreements_seen = 0;  // a higher epoch won over this replica's view: logged

@@ -63,6 +63,14 @@ class FolderExchange final : public GradientExchange {
     if (!shards_from_run_) configs_.publish();   // otherwise join() may still adopt the run's
   }
 
+  void between_rounds(uint64_t step) override {
+    if (left_) return;
+    step_ = step;
+    checkpoints_.maintain();
+    if (beats_.seconds_since_publish() >= context_.config.heartbeat_interval_s)
+      publish_heartbeat(agreement_.member() ? "live" : beats_.last_state().empty() ? "joining" : beats_.last_state());
+  }
+
   std::string describe() const override {
     const FolderExchangeConfig& c = context_.config;
     return str(pattern_name(c.pattern), ", ", c.shard_count, " shard(s), ", codec::codec_name(c.codec.codec), "+zstd, ",
@@ -122,6 +130,7 @@ class FolderExchange final : public GradientExchange {
     RoundResult result;
     bool waited = false;
     double next_housekeeping = 1.0;
+    double live_seen_s = context_.clock.now_s();
     while (!agreement_.poll()) {
       waited = true;
       if (agreement_.overtaken()) {
@@ -159,7 +168,11 @@ class FolderExchange final : public GradientExchange {
           }
         }
       }
-      if (elapsed > c.give_up_timeout_s)
+      // A member waits at most a deadline or a failover for each owner, so a long wait is a
+      // fault. A follower waits for a round it has no part in, which may be a DiLoCo round of an
+      // hour: it gives up only once nobody has been live for as long.
+      if (!agreement_.member() && beats_.anyone_live()) live_seen_s = context_.clock.now_s();
+      if (elapsed > c.give_up_timeout_s && context_.clock.now_s() - live_seen_s > c.give_up_timeout_s)
         throw std::runtime_error(str("round ", round, ": no usable agreement after ", c.give_up_timeout_s,
                                      " s (folder ", context_.mirror.where(round_dir_name(round)), ")"));
       context_.clock.sleep_s(c.poll_interval_s);
@@ -441,8 +454,9 @@ class FolderExchange final : public GradientExchange {
   void publish_heartbeat(const std::string& state) {
     // Cluster tokens per second since this worker's first round (steady, unlike a per-beat rate).
     const double seconds = rounds_done_ > 0 ? context_.clock.now_s() - first_round_start_s_ : 0.0;
-    beats_.publish(state, Progress{applied_round_, seconds > 0 ? static_cast<double>(applied_tokens_) / seconds : 0.0,
-                                   last_loss_, applied_tokens_});
+    beats_.publish(state, Progress{applied_round_, step_,
+                                   seconds > 0 ? static_cast<double>(applied_tokens_) / seconds : 0.0, last_loss_,
+                                   applied_tokens_});
   }
 
   void write_stats() {
@@ -466,6 +480,7 @@ class FolderExchange final : public GradientExchange {
   RoundAgreement agreement_;
   uint64_t rounds_done_ = 0;
   uint64_t applied_round_ = 0;
+  uint64_t step_ = 0;  // as the trainer last said (between_rounds); 0: one step per round
   uint64_t applied_tokens_ = 0;
   double first_round_start_s_ = 0;
   double last_loss_ = 0;

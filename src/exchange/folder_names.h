@@ -20,6 +20,7 @@
 
 namespace gradbox::exchange {
 
+inline constexpr const char* kRoundsDirPrefix = "rounds/";
 std::string round_dir_name(uint64_t round);  // "rounds/r00000012"
 std::optional<uint64_t> parse_round_dir(const std::string& name);  // "r00000012" -> 12
 // The newest round folder under root/rounds of a plain folder (gradbox status); 0: none.

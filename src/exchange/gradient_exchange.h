@@ -1,8 +1,8 @@
 #pragma once
 // What the training loop needs from its peers, and nothing more: "here is my vector over
 // T tokens; give me back the agreed, token-weighted average of this round". The one averaging
-// interface: per-step training averages gradients through it, DiLoCo rounds will average model
-// deltas, and the folder exchange (files in a shared folder) and the NCCL/Gloo fast path
+// interface: per-step training averages gradients through it, DiLoCo rounds average model
+// deltas (Note [DiLoCo rounds] in worker/outer_optimizer.h), and the folder exchange (files in a shared folder) and the NCCL/Gloo fast path
 // implement it. Rounds are numbered by the caller, one per call of all_reduce. No LibTorch and
 // no protobuf here: the trainer includes this from torch translation units.
 #include <cstddef>
@@ -59,6 +59,10 @@ class GradientExchange {
   // grad[0, n) holds this worker's mean gradient over `mine.tokens` tokens; on return it holds
   // the average every live replica applies for `round` (identical bytes on every replica).
   virtual RoundResult all_reduce(uint64_t round, float* grad, size_t n, const LocalContribution& mine) = 0;
+  // Between rounds (after each DiLoCo inner step, which may be minutes apart from the next
+  // round): keeps this worker's heartbeat fresh and a checkpoint publish moving, and tells the
+  // peers which step it is at. Never waits.
+  virtual void between_rounds(uint64_t step) {}
   // Called once the round's update is applied, with the new parameters (replica checks).
   virtual void after_update(uint64_t round, const float* params, size_t n) {}
   // After the run's last round: compares this replica's parameters with the other members'

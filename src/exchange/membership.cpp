@@ -103,7 +103,7 @@ void Heartbeats::publish(const std::string& state, const Progress& progress) {
   const int64_t sequence = std::max<int64_t>(header.created_unix_ms(), last_sequence_ + 1);
   hb->set_sequence(static_cast<uint64_t>(sequence));
   hb->set_applied_round(progress.applied_round);
-  hb->set_step(progress.applied_round);
+  hb->set_step(progress.step > 0 ? progress.step : progress.applied_round);
   hb->set_state(state);
   hb->set_tokens_per_second(progress.tokens_per_second);
   hb->set_last_loss(progress.last_loss);

@@ -44,6 +44,7 @@ struct PeerBeat {
 // What a heartbeat reports besides the state.
 struct Progress {
   uint64_t applied_round = 0;
+  uint64_t step = 0;  // the optimizer step the parameters are at (0: unknown, = applied_round)
   double tokens_per_second = 0;
   double last_loss = 0;
   uint64_t tokens = 0;

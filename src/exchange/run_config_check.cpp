@@ -13,6 +13,7 @@ wire::RunConfig RunConfigCheck::mine() const {
   rc.set_train_config_json(c.train_config_json);
   rc.set_pattern(pattern_name(c.pattern));
   rc.set_shard_count(c.shard_count);
+  rc.set_sync(c.sync);
   *rc.mutable_codec() = codec_spec(c.codec);
   return rc;
 }
@@ -59,6 +60,8 @@ void RunConfigCheck::check_peers(bool first_round) {
         problem = str("--exchange ", theirs.pattern(), " (this worker: ", expected.pattern(), ")");
       else if (theirs.shard_count() != expected.shard_count())
         problem = str("--shards ", theirs.shard_count(), " (this worker: ", expected.shard_count(), ")");
+      else if (theirs.sync() != expected.sync())
+        problem = str("--sync ", theirs.sync().empty() ? "gradient" : theirs.sync(), " (this worker: ", expected.sync(), ")");
       else if (theirs.codec().SerializeAsString() != expected.codec().SerializeAsString())
         problem = str("--codec ", theirs.codec().codec(), " level ", theirs.codec().zstd_level(), " (this worker: ",
                       expected.codec().codec(), " level ", expected.codec().zstd_level(), ")");

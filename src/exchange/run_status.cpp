@@ -13,6 +13,7 @@
 #include "common/atomic_file.h"
 #include "common/error.h"
 #include "exchange/folder_exchange.h"
+#include "exchange/folder_names.h"
 #include "mirror/sync_contract.h"
 #include "wire/envelope.h"
 
@@ -113,12 +114,23 @@ RunStatus read_run_status(const fs::path& dir, double stale_after_s, const fs::p
     // Fresh beats keep their own word: "joining" (catching up), "ready" (waiting to be let in), "live".
     m.state = hb.state() == "left" ? "left" : m.age_s > stale_after_s ? "stale" : hb.state().empty() ? "live" : hb.state();
     m.applied_round = hb.applied_round();
+    m.step = hb.step();
+    m.bytes_uploaded = hb.bytes_uploaded();
     m.tokens_per_second = hb.tokens_per_second();
     m.last_loss = hb.last_loss();
     m.bytes_uploaded_24h = hb.bytes_uploaded_24h();
     m.tokens = hb.tokens();
     m.run_id = header.run_id();
     status.members.push_back(m);
+  }
+  for (fs::directory_iterator f(dir / kRunConfigDir, ec), end; !ec && f != end && status.sync.empty(); f.increment(ec)) {
+    if (!is_run_config_name(f->path().filename().string())) continue;
+    try {
+      const wire::WireFile file = wire::read_wire_file(f->path());
+      status.sync = file.header.run_config().sync().empty() ? "gradient" : file.header.run_config().sync();
+    } catch (const std::exception&) {
+      // still arriving, or not one of ours: another config file will say
+    }
   }
   status.newest_round = newest_round_folder(dir);
   status.checkpoint = newest_checkpoint(dir, now);
@@ -134,12 +146,13 @@ RunStatus read_run_status(const fs::path& dir, double stale_after_s, const fs::p
 std::string format_run_status(const RunStatus& status) {
   std::string out;
   char line[256];
-  std::snprintf(line, sizeof line, "%-12s %-7s %8s %9s %10s %9s %22s\n", "worker", "state", "round", "age s",
-                "tok/s", "loss", "uploaded 24h / cap");
+  std::snprintf(line, sizeof line, "%-12s %-7s %8s %8s %9s %10s %9s %22s\n", "worker", "state", "round", "step",
+                "age s", "tok/s", "loss", "uploaded 24h / cap");
   out += line;
   for (const MemberStatus& m : status.members) {
-    std::snprintf(line, sizeof line, "%-12s %-7s %8llu %9.1f %10.0f %9.4f %10.2f GB (%5.2f%%)", m.worker.c_str(),
-                  m.state.c_str(), static_cast<unsigned long long>(m.applied_round), m.age_s, m.tokens_per_second,
+    std::snprintf(line, sizeof line, "%-12s %-7s %8llu %8llu %9.1f %10.0f %9.4f %10.2f GB (%5.2f%%)", m.worker.c_str(),
+                  m.state.c_str(), static_cast<unsigned long long>(m.applied_round),
+                  static_cast<unsigned long long>(m.step), m.age_s, m.tokens_per_second,
                   m.last_loss, static_cast<double>(m.bytes_uploaded_24h) / 1e9,
                   100.0 * static_cast<double>(m.bytes_uploaded_24h) / static_cast<double>(kDailyUploadCap));
     out += line;
@@ -147,6 +160,15 @@ std::string format_run_status(const RunStatus& status) {
     out += "\n";
   }
   if (status.members.empty()) out += "(no heartbeats yet)\n";
+  if (!status.sync.empty()) out += "sync: " + status.sync + "\n";
+  uint64_t uploaded = 0, tokens = 0;
+  for (const MemberStatus& m : status.members) uploaded += m.bytes_uploaded, tokens = std::max(tokens, m.tokens);
+  if (tokens > 0) {
+    std::snprintf(line, sizeof line, "uploaded: %.1f bytes per token trained (all workers, %.2f GB for %.3g tokens)\n",
+                  static_cast<double>(uploaded) / static_cast<double>(tokens), static_cast<double>(uploaded) / 1e9,
+                  static_cast<double>(tokens));
+    out += line;
+  }
   out += "newest round folder: " + (status.newest_round ? std::to_string(status.newest_round) : std::string("none")) + "\n";
   if (status.checkpoint) {
     std::snprintf(line, sizeof line, "checkpoint: step %llu by %s (%.1f MB, %.0f s ago)\n",

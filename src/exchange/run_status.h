@@ -16,11 +16,13 @@ struct MemberStatus {
   std::string worker;
   std::string state;  // "live", "joining", "ready", "stale" (no heartbeat for stale_after_s) or "left"
   uint64_t applied_round = 0;
+  uint64_t step = 0;  // the optimizer step its parameters are at (DiLoCo: many per round)
   double age_s = 0;   // since its newest heartbeat was written, or got here if that is later (never negative)
   double clock_ahead_s = 0;  // > 0: the writer's clock runs this far ahead of this machine's
   double tokens_per_second = 0;
   double last_loss = 0;
   uint64_t bytes_uploaded_24h = 0;
+  uint64_t bytes_uploaded = 0;  // since its life began
   uint64_t tokens = 0;
   std::string run_id;
 };
@@ -36,6 +38,7 @@ struct CheckpointStatus {
 
 struct RunStatus {
   std::vector<MemberStatus> members;        // sorted by worker
+  std::string sync;                         // what a round averages (RunConfig.sync): "gradient", "diloco H=..."
   std::vector<std::string> unreadable;      // heartbeat files that did not verify (still arriving?)
   uint64_t newest_round = 0;                // newest round folder present
   std::vector<std::string> quarantined;     // from <local>/syncer/stats.json, when given

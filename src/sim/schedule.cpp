@@ -79,7 +79,8 @@ class Scheduler {
 
   ScheduleReport run() {
     report_.seed = options_.seed;
-    report_.pattern = sharded_ ? "sharded" : "all-gather";
+    report_.pattern = std::string(sharded_ ? "sharded" : "all-gather") +
+                      (options_.inner_steps > 1 ? str(", DiLoCo H=", options_.inner_steps) : "");
     for (const std::string& name : founders_) start(name);
     plan_faults();
     sim_.run_until(options_.horizon_s);
@@ -111,6 +112,7 @@ class Scheduler {
     spec.compute_s = 0.1 + 0.3 * uniform();
     spec.parameters = 48;
     spec.tokens_per_round = 500 + rng_() % 1000;
+    spec.inner_steps = options_.inner_steps;
     mirror::MemoryMirror& disk = folder_.disk(name);
     ids_[name] = sim_.spawn(name, [this, spec, &disk](mirror::Clock& clock) { run_sim_worker(spec, disk, clock, observer_); });
   }
@@ -118,7 +120,7 @@ class Scheduler {
   // Faults at random times until the run has had time to finish them; then a quiet period.
   void plan_faults() {
     double t = 2;
-    const double last = static_cast<double>(options_.rounds) * 0.4;
+    const double last = static_cast<double>(options_.rounds) * 0.4 * options_.inner_steps;  // rounds last longer
     while ((t += -options_.fault_every_s * std::log(1 - uniform())) < last) {
       const std::string victim = founders_[rng_() % founders_.size()];
       const double kind = uniform();

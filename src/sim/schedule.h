@@ -29,6 +29,7 @@ struct ScheduleOptions {
   double fault_every_s = 6;      // mean virtual seconds between injected faults
   uint64_t max_divergent_rounds = 12;
   double horizon_s = 4000;       // virtual seconds before "no progress"
+  int inner_steps = 1;           // > 1: DiLoCo rounds of that many steps (sim_worker.h)
 };
 
 struct ScheduleReport {

@@ -30,8 +30,16 @@ void toy_gradient(const std::string& worker, uint64_t round, const std::vector<f
 }
 
 struct Local {
-  uint64_t step = 0;
+  uint64_t step = 0;  // rounds applied
   std::vector<float> params;
+  std::vector<float> momentum;  // DiLoCo's outer momentum; empty per step
+
+  // What replicas agree on: the parameters, then the momentum.
+  std::vector<float> state() const {
+    std::vector<float> all = params;
+    all.insert(all.end(), momentum.begin(), momentum.end());
+    return all;
+  }
 };
 
 fs::path checkpoint_dir(const fs::path& run_dir, uint64_t step) {
@@ -48,8 +56,9 @@ fs::path write_checkpoint(const fs::path& run_dir, const Local& local) {
   std::error_code ec;
   fs::remove_all(temp, ec);
   fs::create_directories(temp);
+  const std::vector<float> state = local.state();
   write_file_atomic(temp / "model.safetensors",
-                    std::string_view(reinterpret_cast<const char*>(local.params.data()), local.params.size() * sizeof(float)));
+                    std::string_view(reinterpret_cast<const char*>(state.data()), state.size() * sizeof(float)));
   write_file_atomic(temp / "optimizer.safetensors", "");
   write_file_atomic(temp / "state.json", nlohmann::json{{"step", local.step}}.dump());
   write_file_atomic(temp / "manifest.json", nlohmann::json{{"step", local.step}}.dump());
@@ -58,16 +67,18 @@ fs::path write_checkpoint(const fs::path& run_dir, const Local& local) {
   return dir;
 }
 
-Local read_checkpoint(const fs::path& dir) {
+Local read_checkpoint(const fs::path& dir, size_t parameters) {
   Local local;
   local.step = nlohmann::json::parse(read_file(dir / "state.json")).at("step").get<uint64_t>();
   const std::string bytes = read_file(dir / "model.safetensors");
-  local.params.resize(bytes.size() / sizeof(float));
-  std::copy(bytes.begin(), bytes.end(), reinterpret_cast<char*>(local.params.data()));
+  std::vector<float> state(bytes.size() / sizeof(float));
+  std::copy(bytes.begin(), bytes.end(), reinterpret_cast<char*>(state.data()));
+  local.params.assign(state.begin(), state.begin() + static_cast<std::ptrdiff_t>(std::min(parameters, state.size())));
+  local.momentum.assign(state.begin() + static_cast<std::ptrdiff_t>(local.params.size()), state.end());
   return local;
 }
 
-std::optional<Local> newest_local_checkpoint(const fs::path& run_dir) {
+std::optional<Local> newest_local_checkpoint(const fs::path& run_dir, size_t parameters) {
   std::optional<fs::path> newest;
   std::error_code ec;
   for (fs::directory_iterator it(run_dir / "checkpoints", ec), end; !ec && it != end; it.increment(ec)) {
@@ -77,7 +88,7 @@ std::optional<Local> newest_local_checkpoint(const fs::path& run_dir) {
     if (!newest || name > newest->filename().string()) newest = it->path();
   }
   if (!newest) return std::nullopt;
-  return read_checkpoint(*newest);
+  return read_checkpoint(*newest, parameters);
 }
 
 }  // namespace
@@ -133,20 +144,22 @@ uint64_t SimObserver::max_round() const {
 
 void run_sim_worker(const SimWorkerSpec& spec, mirror::Mirror& mirror, mirror::Clock& clock, SimObserver& observer) {
   // As the trainer: resume from the newest local checkpoint, else start from the initial weights.
-  std::optional<Local> resumed = newest_local_checkpoint(spec.run_dir);
-  Local local = resumed ? *resumed : Local{0, initial_parameters(spec.parameters)};
+  const bool diloco = spec.inner_steps > 1;
+  std::optional<Local> resumed = newest_local_checkpoint(spec.run_dir, spec.parameters);
+  Local local = resumed ? *resumed : Local{0, initial_parameters(spec.parameters), {}};
+  if (diloco && local.momentum.empty()) local.momentum.assign(spec.parameters, 0.0f);
   auto exchange = exchange::make_folder_exchange(spec.exchange, mirror, clock);
   const exchange::JoinPlan plan = exchange->join(spec.run_dir, resumed ? static_cast<int64_t>(local.step) : -1);
-  if (plan.checkpoint) local = read_checkpoint(*plan.checkpoint);
+  if (plan.checkpoint) local = read_checkpoint(*plan.checkpoint, spec.parameters);
   auto checkpoint = [&] {
     const fs::path dir = write_checkpoint(spec.run_dir, local);
-    exchange->after_checkpoint(local.step, dir, 0, checksum_of(local.params));
+    exchange->after_checkpoint(local.step, dir, 0, checksum_of(local.state()));
   };
   if (plan.founder && !plan.checkpoint && local.step == 0) checkpoint();
   auto reload = [&] {
     const std::optional<fs::path> dir = exchange->fetch_agreed_state(spec.run_dir);
     GB_CHECK(dir.has_value(), "no agreed state to reload");
-    local = read_checkpoint(*dir);
+    local = read_checkpoint(*dir, spec.parameters);
     // Local checkpoints past the agreed state hold the abandoned one (the trainer does the same).
     std::error_code ec;
     for (fs::directory_iterator it(spec.run_dir / "checkpoints", ec), end; !ec && it != end; it.increment(ec))
@@ -154,13 +167,35 @@ void run_sim_worker(const SimWorkerSpec& spec, mirror::Mirror& mirror, mirror::C
   };
 
   std::vector<float> grad(spec.parameters);
+  std::vector<float> inner(spec.parameters);
   bool perturbed = false;
+  // DiLoCo: inner SGD steps from the global parameters; grad becomes the delta global - inner.
+  auto inner_steps = [&](uint64_t round) {
+    inner = local.params;
+    for (int h = 0; h < spec.inner_steps; ++h) {
+      toy_gradient(spec.name, round * 1000 + static_cast<uint64_t>(h), inner, grad);
+      clock.sleep_s(spec.compute_s);
+      for (size_t i = 0; i < inner.size(); ++i) inner[i] -= static_cast<float>(spec.lr) * grad[i];
+      exchange->between_rounds((round - 1) * static_cast<uint64_t>(spec.inner_steps) + static_cast<uint64_t>(h) + 1);
+    }
+    for (size_t i = 0; i < inner.size(); ++i) grad[i] = local.params[i] - inner[i];
+  };
+  auto outer_step = [&] {
+    const float mu = static_cast<float>(spec.outer_momentum), lr = static_cast<float>(spec.outer_lr);
+    for (size_t i = 0; i < local.params.size(); ++i) {
+      local.momentum[i] = mu * local.momentum[i] + grad[i];
+      local.params[i] -= lr * (grad[i] + mu * local.momentum[i]);
+    }
+  };
   auto run_rounds = [&] {
     while (local.step < spec.rounds) {
       const uint64_t round = local.step + 1;
       const bool contributes = exchange->will_contribute(round);
       exchange::LocalContribution mine;
-      if (contributes) {
+      if (contributes && diloco) {
+        inner_steps(round);
+        mine = {spec.tokens_per_round * static_cast<uint64_t>(spec.inner_steps), 1.0, false};
+      } else if (contributes) {
         toy_gradient(spec.name, round, local.params, grad);
         clock.sleep_s(spec.compute_s);
         mine = {spec.tokens_per_round, 1.0, false};
@@ -173,30 +208,35 @@ void run_sim_worker(const SimWorkerSpec& spec, mirror::Mirror& mirror, mirror::C
         reload();
         continue;
       }
-      if (!result.skip)
+      if (!result.skip && diloco) outer_step();
+      else if (!result.skip)
         for (size_t i = 0; i < local.params.size(); ++i) local.params[i] -= static_cast<float>(spec.lr) * grad[i];
       local.step = round;
       if (round == spec.perturb_after_round && !perturbed) {
         perturbed = true;
         local.params[0] += 1e-3f;
       }
-      exchange->after_update(round, local.params.data(), local.params.size());
-      observer.applied({spec.name, round, checksum_of(local.params), contributes});
+      const std::vector<float> state = local.state();
+      exchange->after_update(round, state.data(), state.size());
+      observer.applied({spec.name, round, checksum_of(state), contributes});
       if (spec.checkpoint_interval > 0 && round % static_cast<uint64_t>(spec.checkpoint_interval) == 0) checkpoint();
     }
   };
   // As the trainer: after the last round the replicas compare notes; a minority one reloads
   // and replays (a bounded number of times).
   run_rounds();
-  for (int attempt = 0; attempt < 3 && exchange->final_check(local.step, local.params.data(), local.params.size());
-       ++attempt) {
+  auto outside_agreed_state = [&] {
+    const std::vector<float> state = local.state();
+    return exchange->final_check(local.step, state.data(), state.size());
+  };
+  for (int attempt = 0; attempt < 3 && outside_agreed_state(); ++attempt) {
     observer.resynced(spec.name, local.step);
     reload();
     run_rounds();
   }
   checkpoint();
   exchange->leave();
-  observer.finished(spec.name, checksum_of(local.params), clock.now_s());
+  observer.finished(spec.name, checksum_of(local.state()), clock.now_s());
 }
 
 }  // namespace gradbox::sim

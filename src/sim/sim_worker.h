@@ -2,7 +2,7 @@
 // A worker process as the simulator runs it: the real FolderExchange (join, rounds, repair,
 // checkpoints, leave) driven by a toy model in place of the trainer, on a simulated folder and
 // a virtual clock (Note [The seam] in mirror/mirror.h). What it models instead of running:
-// compute (a sleep of compute_s per round), the gradient (a deterministic function of the
+// compute (a sleep of compute_s per step), the gradient (a deterministic function of the
 // worker, the round and the parameters) and the optimizer (plain SGD). What it runs for real:
 // everything the exchange does, and the trainer's side of the protocol (resume from the newest
 // local checkpoint, join, follow, reload the agreed state, publish checkpoints). Torch-free.
@@ -31,6 +31,12 @@ struct SimWorkerSpec {
   uint64_t tokens_per_round = 1000;
   double compute_s = 0.2;                   // virtual seconds of compute per contributed round
   double lr = 0.05;
+  // DiLoCo rounds (Note [DiLoCo rounds] in worker/outer_optimizer.h) when > 1: each round is
+  // this many toy SGD steps of compute_s each, then the delta goes through the exchange and an
+  // outer Nesterov step (outer_lr, outer_momentum) is applied; the momentum is replica state.
+  int inner_steps = 1;
+  double outer_lr = 0.7;
+  double outer_momentum = 0.9;
   // Fault injection: after this round the replica's parameters are nudged once, as a silent
   // divergence (a bad GPU, a flipped bit) would (0: never).
   uint64_t perturb_after_round = 0;

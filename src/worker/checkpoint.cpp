@@ -51,7 +51,7 @@ std::vector<std::pair<int64_t, fs::path>> list_checkpoints(const fs::path& run_d
 fs::path checkpoint_root(const fs::path& run_dir) { return run_dir / "checkpoints"; }
 
 fs::path save_checkpoint(const fs::path& run_dir, const CheckpointState& state, const FlatParameters& flat,
-                         const torch::Tensor& exp_avg, const torch::Tensor& exp_avg_sq) {
+                         const torch::Tensor& exp_avg, const torch::Tensor& exp_avg_sq, const OuterState* outer) {
   const fs::path root = checkpoint_root(run_dir);
   fs::create_directories(root);
   const fs::path final_dir = root / step_name(state.step);
@@ -67,18 +67,24 @@ fs::path save_checkpoint(const fs::path& run_dir, const CheckpointState& state, 
   std::vector<std::pair<std::string, torch::Tensor>> optimizer = {
       {"exp_avg", exp_avg.cpu()}, {"exp_avg_sq", exp_avg_sq.cpu()},
       {"rng.cpu", at::detail::getDefaultCPUGenerator().get_state()}};
+  if (outer) {
+    optimizer.emplace_back("outer.global", outer->global.cpu());
+    optimizer.emplace_back("outer.momentum", outer->momentum.cpu());
+  }
   if (torch::cuda::is_available())
     for (int64_t i = 0; i < static_cast<int64_t>(torch::cuda::device_count()); ++i)
       optimizer.emplace_back(str("rng.cuda.", i),
                              at::globalContext().defaultGenerator(torch::Device(torch::kCUDA, i)).get_state());
   model::save_safetensors(temp_dir / "optimizer.safetensors", optimizer);
 
-  const nlohmann::json state_json = {{"step", state.step},
-                                     {"tokens", state.tokens},
-                                     {"optimizer_step", state.optimizer_step},
-                                     {"model_config", state.model_config},
-                                     {"train_config", state.train_config},
-                                     {"control", state.control}};
+  nlohmann::json state_json = {{"step", state.step},
+                                {"round", state.round},
+                                {"tokens", state.tokens},
+                                {"optimizer_step", state.optimizer_step},
+                                {"model_config", state.model_config},
+                                {"train_config", state.train_config},
+                                {"control", state.control}};
+  if (outer) state_json["outer"] = {{"round_tokens", outer->round_tokens}, {"round_loss_sum", outer->round_loss_sum}};
   write_file_atomic(temp_dir / "state.json", state_json.dump(2));
 
   nlohmann::json files = nlohmann::json::object();
@@ -151,6 +157,12 @@ CheckpointData load_checkpoint(const fs::path& run_or_checkpoint) {
     data.state.model_config = state.at("model_config");
     data.state.train_config = state.at("train_config");
     data.state.control = state.value("control", nlohmann::json::object());
+    data.state.round = state.value("round", data.state.step);
+    if (state.contains("outer")) {
+      OuterState& outer = data.outer.emplace();
+      outer.round_tokens = state.at("outer").at("round_tokens").get<int64_t>();
+      outer.round_loss_sum = state.at("outer").at("round_loss_sum").get<double>();
+    }
   } catch (const nlohmann::json::exception& e) {
     throw InputError(str(state_path.string(), ": ", e.what()));
   }
@@ -163,6 +175,12 @@ CheckpointData load_checkpoint(const fs::path& run_or_checkpoint) {
   data.exp_avg_sq = optimizer["exp_avg_sq"];
   data.cpu_rng = optimizer["rng.cpu"];
   for (int i = 0; optimizer.count(str("rng.cuda.", i)); ++i) data.cuda_rngs.push_back(optimizer[str("rng.cuda.", i)]);
+  if (data.outer) {
+    for (const char* key : {"outer.global", "outer.momentum"})
+      GB_REQUIRE(optimizer.count(key), optimizer_path.string(), ": missing tensor '", key, "' (state.json says outer)");
+    data.outer->global = optimizer["outer.global"];
+    data.outer->momentum = optimizer["outer.momentum"];
+  }
   return data;
 }
 
@@ -194,6 +212,17 @@ void restore_rng(const CheckpointData& data) {
     std::lock_guard<std::mutex> lock(gen.mutex());
     gen.set_state(data.cuda_rngs[i]);
   }
+}
+
+fs::path adopt_checkpoint(const fs::path& run_dir, const fs::path& fetched, int64_t step) {
+  const fs::path target = checkpoint_root(run_dir) / step_name(step);
+  for (const auto& [local_step, dir] : list_checkpoints(run_dir))
+    if (local_step >= step && dir != fetched) fs::remove_all(dir);
+  if (fetched != target) {
+    fs::rename(fetched, target);
+    fsync_dir(checkpoint_root(run_dir));
+  }
+  return target;
 }
 
 void prune_checkpoints(const fs::path& run_dir, int64_t keep) {

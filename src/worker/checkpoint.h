@@ -3,8 +3,9 @@
 //
 //   RUN/checkpoints/step_00000100/
 //     model.safetensors      parameters by name (also what `export` and `sample` read)
-//     optimizer.safetensors  flat moments and the CPU/CUDA RNG states
-//     state.json             step, tokens, optimizer step, model and train config
+//     optimizer.safetensors  flat moments, the CPU/CUDA RNG states and, in DiLoCo rounds, the
+//                            outer state (outer.global, outer.momentum)
+//     state.json             step, round, tokens, optimizer step, model and train config
 //     manifest.json          written last: every file's size and XXH3 checksum
 //
 // The folder is written as step_00000100.tmp.PID, each file temp -> fsync -> rename, the
@@ -25,8 +26,17 @@ namespace gradbox::worker {
 
 namespace fs = std::filesystem;
 
+// DiLoCo's outer state (Note [DiLoCo rounds] in worker/outer_optimizer.h), flat, on any device.
+struct OuterState {
+  torch::Tensor global;
+  torch::Tensor momentum;
+  int64_t round_tokens = 0;     // this worker's tokens in the unfinished round's inner steps
+  double round_loss_sum = 0.0;  // their loss, summed token-weighted
+};
+
 struct CheckpointState {
-  int64_t step = 0;  // optimizer steps completed
+  int64_t step = 0;   // optimizer steps completed
+  int64_t round = 0;  // exchange rounds applied (per-step sync: = step; older checkpoints lack it)
   int64_t tokens = 0;
   int64_t optimizer_step = 0;
   nlohmann::json model_config;
@@ -41,13 +51,20 @@ struct CheckpointData {
   torch::Tensor exp_avg_sq;
   torch::Tensor cpu_rng;
   std::vector<torch::Tensor> cuda_rngs;
+  std::optional<OuterState> outer;  // on CPU; present when the run syncs by DiLoCo rounds
 };
 
 fs::path checkpoint_root(const fs::path& run_dir);
 
 // Writes a checkpoint for `state.step` and returns its folder.
 fs::path save_checkpoint(const fs::path& run_dir, const CheckpointState& state, const FlatParameters& flat,
-                         const torch::Tensor& exp_avg, const torch::Tensor& exp_avg_sq);
+                         const torch::Tensor& exp_avg, const torch::Tensor& exp_avg_sq,
+                         const OuterState* outer = nullptr);
+
+// Makes `fetched` (a checkpoint the exchange fetched from the shared folder, named by the
+// rounds it holds) the run's checkpoint of `step`: every other local checkpoint of that step or
+// later holds an abandoned state and is removed, and `fetched` is renamed to step_<step>.
+fs::path adopt_checkpoint(const fs::path& run_dir, const fs::path& fetched, int64_t step);
 
 // Throws InputError naming the file and the reason when the folder is not a whole checkpoint.
 void verify_checkpoint(const fs::path& dir);

@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "kernels/adamw.h"
 #include "kernels/lamb.h"
+#include "kernels/sgd.h"
 
 namespace gradbox::worker {
 namespace {
@@ -29,13 +30,37 @@ Optimizer::Optimizer(FlatParameters& flat, OptimizerHyper hyper, OptimizerBacken
 void Optimizer::step(double lr, double weight_decay, double grad_scale) {
   torch::NoGradGuard no_grad;
   ++step_;
-  if (hyper_.kind == OptimizerKind::lamb) {
+  if (hyper_.kind == OptimizerKind::sgd) {
+    sgd(lr, weight_decay, grad_scale);
+  } else if (hyper_.kind == OptimizerKind::lamb) {
     fused_ ? lamb_cpu(lr, weight_decay, grad_scale) : lamb_tensor_ops(lr, weight_decay, grad_scale);
   } else if (fused_) {
     adamw_cpu(static_cast<float>(lr), static_cast<float>(weight_decay), static_cast<float>(grad_scale));
   } else {
     adamw_tensor_ops(lr, weight_decay, grad_scale);
   }
+}
+
+void Optimizer::sgd(double lr, double weight_decay, double grad_scale) {
+  if (!fused_) {
+    torch::Tensor params = flat_.params();
+    if (flat_.decay_numel() > 0 && weight_decay != 0.0)
+      params.narrow(0, 0, flat_.decay_numel()).mul_(1.0 - lr * weight_decay);
+    params.add_(flat_.grads(), -lr * grad_scale);
+    return;
+  }
+  float* param = flat_.params().data_ptr<float>();
+  const float* grad = flat_.grads().data_ptr<float>();
+  const int64_t decay_end = flat_.decay_numel();
+  const auto f = [](double x) { return static_cast<float>(x); };
+  at::parallel_for(0, flat_.numel(), kGrain, [&](int64_t begin, int64_t end) {
+    if (begin < decay_end) {
+      const int64_t stop = std::min(end, decay_end);
+      kernels::sgd_cpu(param + begin, grad + begin, stop - begin, f(lr), f(weight_decay), f(grad_scale));
+      begin = stop;
+    }
+    if (begin < end) kernels::sgd_cpu(param + begin, grad + begin, end - begin, f(lr), 0.f, f(grad_scale));
+  });
 }
 
 void Optimizer::adamw_cpu(float lr, float weight_decay, float grad_scale) {

@@ -1,5 +1,5 @@
 #pragma once
-// AdamW and LAMB over FlatParameters (see Note [Flat parameters]). On CPU the fused kernels of
+// AdamW, LAMB and plain SGD over FlatParameters (see Note [Flat parameters]). On CPU the fused kernels of
 // src/kernels run over thread-parallel ranges; on other devices the same update is a handful of
 // whole-buffer tensor ops.
 #include <torch/torch.h>
@@ -38,6 +38,7 @@ class Optimizer {
   void set_step_count(int64_t step) { step_ = step; }
 
  private:
+  void sgd(double lr, double weight_decay, double grad_scale);  // no state; for exactness checks
   void adamw_cpu(float lr, float weight_decay, float grad_scale);
   void adamw_tensor_ops(double lr, double weight_decay, double grad_scale);
   void lamb_cpu(double lr, double weight_decay, double grad_scale);

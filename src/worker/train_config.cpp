@@ -6,7 +6,28 @@
 
 namespace gradbox::worker {
 
-std::string to_string(OptimizerKind kind) { return kind == OptimizerKind::adamw ? "adamw" : "lamb"; }
+std::string to_string(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::adamw: return "adamw";
+    case OptimizerKind::lamb: return "lamb";
+    case OptimizerKind::sgd: return "sgd";
+  }
+  return "adamw";
+}
+
+std::string to_string(SyncMode mode) { return mode == SyncMode::diloco ? "diloco" : "gradient"; }
+
+std::string describe_sync(const TrainConfig& c) {
+  if (c.sync == SyncMode::gradient) return "gradient";
+  return str("diloco H=", c.inner_steps, " warmup=", c.sync_warmup_steps, " lr=", c.outer_lr, " momentum=", c.outer_momentum,
+             c.outer_nesterov ? " nesterov" : " heavy-ball");
+}
+
+SyncMode parse_sync(const std::string& name) {
+  if (name == "gradient") return SyncMode::gradient;
+  if (name == "diloco") return SyncMode::diloco;
+  throw InputError(str("--sync: unknown mode '", name, "' (gradient, diloco)"));
+}
 
 std::string to_string(Precision precision) {
   switch (precision) {
@@ -21,7 +42,8 @@ std::string to_string(Precision precision) {
 OptimizerKind parse_optimizer(const std::string& name) {
   if (name == "adamw") return OptimizerKind::adamw;
   if (name == "lamb") return OptimizerKind::lamb;
-  throw InputError(str("--optimizer: unknown optimizer '", name, "' (adamw, lamb)"));
+  if (name == "sgd") return OptimizerKind::sgd;
+  throw InputError(str("--optimizer: unknown optimizer '", name, "' (adamw, lamb, sgd)"));
 }
 
 Precision parse_precision(const std::string& name) {
@@ -56,6 +78,10 @@ void TrainConfig::validate() const {
   GB_REQUIRE(local_workers >= 1, "--local-workers: must be >= 1, got ", local_workers);
   GB_REQUIRE(worker.empty() || emulate_workers.empty(), "--emulate-workers: not with --worker (emulation is one process)");
   if (!emulate_workers.empty()) parse_emulated_workers(emulate_workers);
+  GB_REQUIRE(inner_steps >= 1, "--inner-steps: must be >= 1, got ", inner_steps);
+  GB_REQUIRE(outer_lr > 0, "--outer-lr: must be > 0, got ", outer_lr);
+  GB_REQUIRE(sync_warmup_steps >= 0, "--sync-warmup-steps: must be >= 0, got ", sync_warmup_steps);
+  GB_REQUIRE(outer_momentum >= 0 && outer_momentum < 1, "--outer-momentum: must be in [0, 1), got ", outer_momentum);
 }
 
 std::vector<EmulatedWorker> parse_emulated_workers(const std::string& spec) {
@@ -115,6 +141,12 @@ nlohmann::json TrainConfig::to_json() const {
       {"local_workers", local_workers},
       {"worker", worker},
       {"emulate_workers", emulate_workers},
+      {"sync", to_string(sync)},
+      {"inner_steps", inner_steps},
+      {"outer_lr", outer_lr},
+      {"outer_momentum", outer_momentum},
+      {"outer_nesterov", outer_nesterov},
+      {"sync_warmup_steps", sync_warmup_steps},
   };
 }
 
@@ -164,6 +196,12 @@ TrainConfig TrainConfig::from_json(const nlohmann::json& j, const std::string& w
   get("local_workers", c.local_workers);
   get("worker", c.worker);
   get("emulate_workers", c.emulate_workers);
+  if (j.contains("sync")) { get("sync", text); c.sync = parse_sync(text); }
+  get("inner_steps", c.inner_steps);
+  get("outer_lr", c.outer_lr);
+  get("outer_momentum", c.outer_momentum);
+  get("outer_nesterov", c.outer_nesterov);
+  get("sync_warmup_steps", c.sync_warmup_steps);
   return c;
 }
 

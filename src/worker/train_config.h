@@ -10,7 +10,11 @@
 
 namespace gradbox::worker {
 
-enum class OptimizerKind { adamw, lamb };
+enum class OptimizerKind { adamw, lamb, sgd };
+// How many workers combine their work (Note [DiLoCo rounds] in worker/outer_optimizer.h):
+// gradient: every step is a round that averages gradients (exact data parallelism);
+// diloco: every inner_steps local steps are a round that averages parameter deltas.
+enum class SyncMode { gradient, diloco };
 enum class Precision { auto_select, fp32, bf16, fp16 };
 
 struct TrainConfig {
@@ -60,6 +64,15 @@ struct TrainConfig {
   std::string worker;
   std::string emulate_workers;
 
+  // Synchronisation: per-step gradients, or DiLoCo rounds of inner_steps local steps followed
+  // by one outer SGD step (Nesterov momentum) on the averaged delta.
+  SyncMode sync = SyncMode::gradient;
+  int64_t inner_steps = 50;
+  double outer_lr = 0.7;
+  double outer_momentum = 0.9;
+  bool outer_nesterov = true;
+  int64_t sync_warmup_steps = 0;  // diloco: per-step gradient rounds first (DiLoCo starts from a data-parallel state)
+
   void validate() const;  // throws InputError naming the flag
   nlohmann::json to_json() const;
   // Unknown keys and wrong types are InputErrors naming `where` and the key.
@@ -75,6 +88,10 @@ std::vector<EmulatedWorker> parse_emulated_workers(const std::string& spec);
 
 std::string to_string(OptimizerKind kind);
 std::string to_string(Precision precision);
+std::string to_string(SyncMode mode);
+SyncMode parse_sync(const std::string& name);            // InputError naming --sync
+// What every worker of a run must agree on about its rounds: "gradient", or DiLoCo's settings.
+std::string describe_sync(const TrainConfig& config);
 OptimizerKind parse_optimizer(const std::string& name);  // InputError naming --optimizer
 Precision parse_precision(const std::string& name);      // InputError naming --precision
 

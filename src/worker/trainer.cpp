@@ -104,6 +104,9 @@ Trainer::Trainer(TrainConfig config) : config_(std::move(config)) {
   optimizer_ = std::make_unique<Optimizer>(
       *flat_, OptimizerHyper{config_.optimizer, config_.beta1, config_.beta2, config_.eps});
   schedule_ = LrSchedule{config_.lr, config_.min_lr, config_.warmup_steps, config_.max_steps};
+  if (config_.sync == SyncMode::diloco)
+    outer_ = std::make_unique<OuterOptimizer>(
+        flat_->params(), OuterHyper{config_.outer_lr, config_.outer_momentum, config_.outer_nesterov});
 
   flags_ = config_;
   std::filesystem::create_directories(config_.out_dir);
@@ -117,6 +120,9 @@ Trainer::Trainer(TrainConfig config) : config_(std::move(config)) {
   train_sampler_.emplace(*train_file_, block, config_.seed, stream_id(stream));
   if (!config_.emulate_workers.empty()) {
     emulated_ = parse_emulated_workers(config_.emulate_workers);
+    // Each emulated worker's inner state lives in memory only (a test reference, not a run).
+    GB_REQUIRE(!outer_ || !resumed_, "--emulate-workers with --sync diloco: ", config_.out_dir.string(),
+               " holds a checkpoint; the emulation starts from scratch only");
     emulated_samplers_.reserve(emulated_.size());
     for (const EmulatedWorker& w : emulated_)
       emulated_samplers_.emplace_back(*train_file_, block, config_.seed, stream_id("train/" + w.name));
@@ -143,7 +149,17 @@ void Trainer::restore(const std::filesystem::path& dir, const model::ModelConfig
   }
   optimizer_->set_step_count(ckpt.state.optimizer_step);
   step_ = ckpt.state.step;
+  round_ = ckpt.state.round;
   tokens_ = ckpt.state.tokens;
+  if (outer_) {
+    torch::NoGradGuard no_grad;
+    // A checkpoint without outer state (a per-step run's) starts DiLoCo from its parameters.
+    outer_->global().copy_(ckpt.outer ? ckpt.outer->global : flat_->params());
+    if (ckpt.outer) outer_->momentum().copy_(ckpt.outer->momentum);
+    else outer_->momentum().zero_();
+    round_tokens_ = ckpt.outer ? ckpt.outer->round_tokens : 0;
+    round_loss_sum_ = ckpt.outer ? ckpt.outer->round_loss_sum : 0.0;
+  }
   restore_rng(ckpt);  // last: model construction above consumed random numbers
   pending_controls_.clear();
   apply_control(ckpt.state.control.dump(), "from the checkpoint");
@@ -229,8 +245,9 @@ void Trainer::skip_step(const char* why) {
 }
 
 double Trainer::train_step(double lr) {
+  if (in_diloco_phase()) return diloco_step(lr);
   model_->train();
-  const uint64_t round = static_cast<uint64_t>(step_ + 1);
+  const uint64_t round = static_cast<uint64_t>(round_ + 1);
   apply_due_control(round);
   // A follower (joining, catching up) only applies the agreed average: no gradient needed.
   const bool contributes = !exchange_ || overlap_ || exchange_->will_contribute(round);
@@ -292,10 +309,170 @@ double Trainer::apply_round(const exchange::RoundResult& result, uint64_t round,
     return result.loss;
   }
   if (apply_gradient(lr, 1.0)) {
-    torch::Tensor params = flat_->params().device().is_cpu() ? flat_->params() : flat_->params().to(torch::kCPU);
-    exchange_->after_update(round, params.data_ptr<float>(), static_cast<size_t>(params.numel()));
+    const torch::Tensor state = replica_state();
+    exchange_->after_update(round, state.data_ptr<float>(), static_cast<size_t>(state.numel()));
   }
   return result.loss;
+}
+
+bool Trainer::round_ends_after_step(int64_t step) const {
+  return step == config_.max_steps || (step - config_.sync_warmup_steps) % config_.inner_steps == 0;
+}
+
+bool Trainer::mid_round() const {
+  return in_diloco_phase() && step_ > config_.sync_warmup_steps && !round_ends_after_step(step_);
+}
+
+bool Trainer::interval_checkpoint_due() const {
+  const int64_t every = config_.checkpoint_interval;
+  if (every <= 0) return false;
+  if (!in_diloco_phase() || step_ <= config_.sync_warmup_steps) return step_ % every == 0;
+  if (mid_round()) return false;
+  const int64_t round_start =
+      config_.sync_warmup_steps + (step_ - config_.sync_warmup_steps - 1) / config_.inner_steps * config_.inner_steps;
+  return step_ / every > round_start / every;
+}
+
+double Trainer::diloco_step(double lr) {
+  model_->train();
+  const uint64_t round = static_cast<uint64_t>(round_ + 1);
+  const bool first_inner_step = step_ == config_.sync_warmup_steps || round_ends_after_step(step_);
+  if (step_ == config_.sync_warmup_steps && round_tokens_ == 0) {
+    // The first DiLoCo round starts from the (warmed-up) parameters, with no outer momentum yet.
+    torch::NoGradGuard no_grad;
+    outer_->global().copy_(flat_->params());
+    outer_->momentum().zero_();
+  }
+  if (first_inner_step) apply_due_control(round);
+  // A follower only applies the agreed outer step: its inner steps would be thrown away. Asked
+  // every step: one let in during a round contributes the inner steps that are left.
+  const bool contributes = !exchange_ || exchange_->will_contribute(round);
+  LocalGradient local{std::numeric_limits<double>::quiet_NaN(), 0};
+  if (contributes) {
+    if (!emulated_.empty()) {
+      local = emulated_inner_step(lr);
+    } else {
+      local = compute_gradient(*train_sampler_, config_.micro_batch);
+      apply_gradient(lr, loss_scale_);
+    }
+    round_tokens_ += static_cast<int64_t>(local.tokens);
+    round_loss_sum_ += local.loss * static_cast<double>(local.tokens);
+  }
+  if (exchange_) exchange_->between_rounds(static_cast<uint64_t>(step_ + 1));
+  if (round_ends_after_step(step_ + 1)) outer_round(round);
+  return local.loss;
+}
+
+Trainer::LocalGradient Trainer::emulated_inner_step(double lr) {
+  auto copy = [](torch::Tensor& to, const torch::Tensor& from) {
+    torch::NoGradGuard no_grad;
+    to.copy_(from);
+  };
+  if (replicas_.empty())  // every worker starts the first round from the same state
+    for (size_t i = 0; i < emulated_.size(); ++i)
+      replicas_.push_back({flat_->params().clone(), optimizer_->exp_avg().clone(), optimizer_->exp_avg_sq().clone(),
+                           optimizer_->step_count(), 0});
+  LocalGradient total{0.0, 0};
+  for (size_t i = 0; i < emulated_.size(); ++i) {
+    EmulatedReplica& r = replicas_[i];
+    copy(flat_->params(), r.params);
+    copy(optimizer_->exp_avg(), r.exp_avg);
+    copy(optimizer_->exp_avg_sq(), r.exp_avg_sq);
+    optimizer_->set_step_count(r.optimizer_step);
+    const LocalGradient g = compute_gradient(emulated_samplers_[i], emulated_[i].micro_batch);
+    apply_gradient(lr, loss_scale_);
+    copy(r.params, flat_->params());
+    copy(r.exp_avg, optimizer_->exp_avg());
+    copy(r.exp_avg_sq, optimizer_->exp_avg_sq());
+    r.optimizer_step = optimizer_->step_count();
+    r.round_tokens += static_cast<int64_t>(g.tokens);
+    total.loss += g.loss * static_cast<double>(g.tokens);
+    total.tokens += g.tokens;
+  }
+  total.loss /= static_cast<double>(total.tokens);
+  return total;
+}
+
+// The exchange's arithmetic (exchange::TokenWeightedSum over the replicas' deltas), so that an
+// fp32 cluster run reproduces the emulation bit for bit.
+void Trainer::emulated_average(torch::Tensor& delta, exchange::RoundResult& result) {
+  std::vector<torch::Tensor> deltas(replicas_.size());
+  exchange::TokenWeightedSum average;
+  for (size_t i = 0; i < replicas_.size(); ++i) {
+    outer_->pseudo_gradient(replicas_[i].params.cpu(), deltas[i]);
+    average.add(emulated_[i].name, static_cast<uint64_t>(replicas_[i].round_tokens),
+                exchange::TokenWeightedSum::floats(deltas[i].data_ptr<float>()));
+    result.tokens += static_cast<uint64_t>(replicas_[i].round_tokens);
+    replicas_[i].round_tokens = 0;
+  }
+  result.contributors = static_cast<int>(replicas_.size());
+  if (!delta.defined() || delta.numel() != flat_->numel()) delta = torch::empty({flat_->numel()}, torch::kFloat32);
+  average.sum_into(delta.data_ptr<float>(), static_cast<size_t>(delta.numel()));
+}
+
+void Trainer::outer_round(uint64_t round) {
+  const auto start = Clock::now();
+  exchange::RoundResult result;
+  result.loss = round_tokens_ > 0 ? round_loss_sum_ / static_cast<double>(round_tokens_) : result.loss;
+  if (!emulated_.empty()) {
+    emulated_average(delta_, result);
+  } else {
+    outer_->pseudo_gradient(flat_->params(), delta_);
+    if (exchange_) {
+      const bool overflow = !std::isfinite(delta_.norm().item<double>());
+      const exchange::LocalContribution mine{static_cast<uint64_t>(round_tokens_), result.loss, overflow};
+      result = exchange_->all_reduce(round, delta_.data_ptr<float>(), static_cast<size_t>(delta_.numel()), mine);
+    } else {
+      result.tokens = static_cast<uint64_t>(round_tokens_);
+      result.contributors = 1;
+    }
+  }
+  if (result.resync) {
+    reload_agreed_state();
+    return;
+  }
+  if (result.control) pending_controls_[result.control->from_round] = *result.control;
+  tokens_ += static_cast<int64_t>(result.tokens);
+  round_tokens_ = 0;
+  round_loss_sum_ = 0.0;
+  // A round nobody contributed to (a worker resuming the run alone only followed it) has no
+  // delta: an outer step would move the parameters by the momentum alone.
+  const bool empty = result.tokens == 0;
+  const bool skip = empty || result.skip || !std::isfinite(delta_.norm().item<double>());
+  if (skip) {
+    logger().warn(str("round ", round, empty ? ": nobody contributed" : ": a contributor's delta was not finite",
+                      "; every replica goes back to the round's start"));
+    outer_->discard_round(flat_->params());
+  } else {
+    outer_->step(delta_, flat_->params());
+  }
+  for (EmulatedReplica& r : replicas_) {
+    torch::NoGradGuard no_grad;
+    r.params.copy_(flat_->params());
+  }
+  round_ = static_cast<int64_t>(round);
+  if (!skip)
+    logger().info(str("round ", round, " (steps to ", step_ + 1, "): outer step on the delta of ", result.contributors,
+                      " worker(s), ", result.tokens, " tokens, round loss ", format_number(result.loss, "%.4f"),
+                      ", waited ", format_number(result.wait_seconds, "%.2f"), " s"));
+  metrics_->write({{"step", step_ + 1}, {"round", round}, {"round_loss", result.loss},
+                   {"round_tokens", result.tokens}, {"contributors", result.contributors},
+                   {"round_seconds", seconds_since(start)}, {"wait_seconds", result.wait_seconds}});
+  if (exchange_ && !skip) {
+    const torch::Tensor state = replica_state();
+    exchange_->after_update(round, state.data_ptr<float>(), static_cast<size_t>(state.numel()));
+  }
+}
+
+torch::Tensor Trainer::replica_state() const {
+  torch::Tensor params = flat_->params().device().is_cpu() ? flat_->params() : flat_->params().to(torch::kCPU);
+  if (!outer_) return params;
+  return torch::cat({params, outer_->momentum().to(torch::kCPU)});
+}
+
+uint64_t Trainer::replica_state_checksum() const {
+  const torch::Tensor state = replica_state();
+  return checksum64(state.data_ptr<float>(), static_cast<size_t>(state.numel()) * sizeof(float));
 }
 
 bool Trainer::apply_gradient(double lr, double grad_scale) {
@@ -321,8 +498,8 @@ void Trainer::drain_exchange(double lr) {
 }
 
 void Trainer::join_run(std::unique_ptr<exchange::GradientExchange> exchange, bool overlap) {
-  const exchange::JoinPlan plan = exchange->join(config_.out_dir, resumed_ ? step_ : -1);
-  if (plan.checkpoint) resume_from(*plan.checkpoint);
+  const exchange::JoinPlan plan = exchange->join(config_.out_dir, resumed_ ? round_ : -1);
+  if (plan.checkpoint) adopt_fetched(*plan.checkpoint);
   attach_exchange(std::move(exchange), overlap);
   if (plan.founder && !plan.checkpoint && step_ == 0) checkpoint_now();
 }
@@ -357,32 +534,36 @@ double Trainer::evaluate() {
 void Trainer::reload_agreed_state() {
   std::optional<std::filesystem::path> dir = exchange_->fetch_agreed_state(config_.out_dir);
   GB_CHECK(dir.has_value(), "the exchange has no agreed state to reload");
-  // Local checkpoints past the agreed state hold the abandoned one: a restart must not resume them.
-  for (const auto& entry : std::filesystem::directory_iterator(checkpoint_root(config_.out_dir))) {
-    const std::string name = entry.path().filename().string();  // step_%08d: name order is step order
-    if (name.starts_with("step_") && name.find('.') == std::string::npos && name > dir->filename().string())
-      std::filesystem::remove_all(entry.path());
-  }
-  restore(*dir, model_->config());
+  adopt_fetched(*dir);
   reloaded_ = true;
+}
+
+void Trainer::adopt_fetched(const std::filesystem::path& dir) {
+  restore(dir, model_->config());
+  // Local checkpoints past the agreed state hold the abandoned one: a restart must not resume
+  // them. The fetched folder is named by its rounds; it becomes this step's checkpoint.
+  adopt_checkpoint(config_.out_dir, dir, step_);
 }
 
 std::filesystem::path Trainer::checkpoint() {
   const auto start = Clock::now();
   CheckpointState state;
   state.step = step_;
+  state.round = round_;
   state.tokens = tokens_;
   state.optimizer_step = optimizer_->step_count();
   state.model_config = model_->config().to_json();
   state.train_config = config_.to_json();
   state.control = nlohmann::json::parse(control_json_);
-  std::filesystem::path dir = save_checkpoint(config_.out_dir, state, *flat_, optimizer_->exp_avg(), optimizer_->exp_avg_sq());
+  std::optional<OuterState> outer;
+  if (outer_) outer = OuterState{outer_->global(), outer_->momentum(), round_tokens_, round_loss_sum_};
+  std::filesystem::path dir = save_checkpoint(config_.out_dir, state, *flat_, optimizer_->exp_avg(),
+                                              optimizer_->exp_avg_sq(), outer ? &*outer : nullptr);
   prune_checkpoints(config_.out_dir, config_.keep_checkpoints);
-  if (exchange_) {
-    torch::Tensor params = flat_->params().device().is_cpu() ? flat_->params() : flat_->params().to(torch::kCPU);
-    exchange_->after_checkpoint(static_cast<uint64_t>(step_), dir, static_cast<uint64_t>(tokens_),
-                                checksum64(params.data_ptr<float>(), static_cast<size_t>(params.numel()) * sizeof(float)));
-  }
+  // Only the state after a whole round is the run's: one taken inside a DiLoCo round is local.
+  if (exchange_ && !mid_round())
+    exchange_->after_checkpoint(static_cast<uint64_t>(round_), dir, static_cast<uint64_t>(tokens_),
+                                replica_state_checksum());
   logger().info(str("checkpoint ", dir.string(), " written in ", format_number(seconds_since(start), "%.2f"), " s"));
   return dir;
 }
@@ -413,11 +594,13 @@ TrainSummary Trainer::run(const StopPredicate& should_stop) {
       const double lr = schedule_.at(step_);
       const auto start = Clock::now();
       const int64_t tokens_before = tokens_;
+      const bool gradient_round = !in_diloco_phase();
       const double loss = train_step(lr);
       if (reloaded_) {  // the step went back to the agreed state's
         reloaded_ = false;
         continue;
       }
+      if (gradient_round) ++round_;
       const int64_t step_tokens = tokens_ - tokens_before;  // all workers' when exchanging
       ++step_;
       const double seconds = seconds_since(start);
@@ -441,8 +624,7 @@ TrainSummary Trainer::run(const StopPredicate& should_stop) {
         logger().info(str("step ", step_, " | val loss ", format_number(summary.last_val_loss, "%.4f")));
       }
       const bool stop = should_stop && should_stop(step_);
-      const bool checkpoint_due = (config_.checkpoint_interval > 0 && step_ % config_.checkpoint_interval == 0) ||
-                                  step_ == config_.max_steps || stop;
+      const bool checkpoint_due = interval_checkpoint_due() || step_ == config_.max_steps || stop;
       if (checkpoint_due && config_.checkpoint_interval >= 0) {
         drain_exchange(lr);  // a checkpoint holds every round up to its step
         summary.last_checkpoint = checkpoint();
@@ -457,8 +639,8 @@ TrainSummary Trainer::run(const StopPredicate& should_stop) {
     // The replicas compare notes after the last round (GradientExchange::final_check); a minority
     // one reloads the agreed state and replays the rounds it lacks, a bounded number of times.
     if (!exchange_ || summary.stopped_early || final_checks >= 3) break;
-    torch::Tensor params = flat_->params().device().is_cpu() ? flat_->params() : flat_->params().to(torch::kCPU);
-    if (!exchange_->final_check(static_cast<uint64_t>(step_), params.data_ptr<float>(), static_cast<size_t>(params.numel())))
+    const torch::Tensor state = replica_state();
+    if (!exchange_->final_check(static_cast<uint64_t>(round_), state.data_ptr<float>(), static_cast<size_t>(state.numel())))
       break;
     reload_agreed_state();
     reloaded_ = false;

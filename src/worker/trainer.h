@@ -17,6 +17,7 @@
 #include "worker/lr_schedule.h"
 #include "worker/metrics.h"
 #include "worker/optimizer.h"
+#include "worker/outer_optimizer.h"
 #include "worker/runtime.h"
 #include "worker/train_config.h"
 
@@ -82,6 +83,21 @@ class Trainer {
   LocalGradient compute_gradient(const BatchSampler& sampler, int64_t micro_batch);
   // --emulate-workers: each emulated worker's gradient, token-weighted as the exchange sums them.
   LocalGradient emulated_gradient();
+  // --sync diloco (Note [DiLoCo rounds] in worker/outer_optimizer.h).
+  bool in_diloco_phase() const { return outer_ && step_ >= config_.sync_warmup_steps; }
+  bool round_ends_after_step(int64_t step) const;  // a DiLoCo round ends when this step is done
+  bool mid_round() const;                          // inside a DiLoCo round (not at its end)
+  // Every checkpoint_interval steps; in DiLoCo rounds at the end of the round that passed one.
+  bool interval_checkpoint_due() const;
+  double diloco_step(double lr);                   // one inner step, and the outer round at its end
+  LocalGradient emulated_inner_step(double lr);    // --emulate-workers: each replica's inner step
+  void outer_round(uint64_t round);
+  void emulated_average(torch::Tensor& delta, exchange::RoundResult& result);
+  // What replicas must agree on after a round, on the CPU: the parameters, then (DiLoCo) the
+  // outer momentum. Fingerprints and folder checkpoints' checksums cover it.
+  torch::Tensor replica_state() const;
+  uint64_t replica_state_checksum() const;
+  void adopt_fetched(const std::filesystem::path& dir);  // restore a fetched checkpoint and keep it as this step's
   void skip_step(const char* why);
   // Clip and step on the flat grads (scaled by grad_scale); false when skipped as non-finite.
   bool apply_gradient(double lr, double grad_scale);
@@ -125,6 +141,18 @@ class Trainer {
   std::string control_json_ = "{}";                          // in effect now
   std::map<uint64_t, exchange::AgreedControl> pending_controls_;  // by from_round
   double lr_multiplier_ = 1.0;
+  int64_t round_ = 0;  // exchange rounds applied (per-step: one per step; DiLoCo: one per outer round)
+  std::unique_ptr<OuterOptimizer> outer_;
+  int64_t round_tokens_ = 0;     // DiLoCo: this worker's tokens in the current round's inner steps
+  double round_loss_sum_ = 0.0;  // and their token-weighted loss
+  torch::Tensor delta_;          // the pseudo-gradient handed to the exchange (CPU)
+  // --emulate-workers with DiLoCo: each emulated worker's own parameters and inner moments.
+  struct EmulatedReplica {
+    torch::Tensor params, exp_avg, exp_avg_sq;
+    int64_t optimizer_step = 0;
+    int64_t round_tokens = 0;
+  };
+  std::vector<EmulatedReplica> replicas_;
   bool reloaded_ = false;  // the last round reloaded the agreed state instead of stepping
   bool resumed_ = false;
 };

@@ -330,6 +330,88 @@ TEST_F(ElasticTest, ADivergedReplicaIsInTheMinorityAndReloadsTheAgreedState) {
   EXPECT_EQ(final_model(base, "c", o.steps), model);
 }
 
+// DiLoCo rounds (Note [DiLoCo rounds]) keep the elastic guarantees: a worker killed between two
+// inner steps and one killed while its delta is on its way come back, a joiner loads the
+// global parameters and outer momentum from the folder checkpoint, and every replica ends on
+// the same bytes. Rounds are four steps here, so the run has 10.
+TEST_F(ElasticTest, DilocoRoundsSurviveKillsInsideARoundAndWhilePublishingAndLetAJoinerIn) {
+  const fs::path base = dir("elastic_diloco");
+  const int steps = 40;
+  Options o = with(steps, "a,b,c", {"--sync", "diloco", "--inner-steps", "4", "--exchange", "sharded", "--codec", "fp16"});
+  std::map<std::string, pid_t> pids;
+  for (const std::string name : {"a", "b", "c"}) pids[name] = start(base, name, o);
+  // c: killed right after an inner step that is not a round's last (its round is half done).
+  auto last_step = [&](const std::string& name) {
+    const std::vector<nlohmann::json> steps_done = records(base / name, "step");
+    return steps_done.empty() ? 0 : steps_done.back()["step"].get<int>();
+  };
+  ASSERT_TRUE(wait_for([&] {
+    const int s = last_step("c");
+    return s >= 9 && s % 4 == 2;
+  })) << logs(base, "c");
+  kill(pids["c"], SIGKILL);
+  EXPECT_EQ(wait_process(pids["c"]), 128 + SIGKILL);
+  const int c_killed_at = last_step("c");
+  // b: killed as soon as its delta for a round is in its outbox (published, not yet uploaded).
+  int b_round = 0;
+  ASSERT_TRUE(wait_for([&] {
+    std::error_code ec;
+    for (const auto& r : fs::directory_iterator(base / "b" / "sync" / "outbox" / "rounds", ec)) {
+      const int round = std::stoi(r.path().filename().string().substr(1));
+      if (round < 4) continue;
+      for (const auto& f : fs::directory_iterator(r.path(), ec))
+        if (f.path().filename().string().starts_with("g-b")) b_round = round;
+    }
+    return b_round > 0;
+  })) << logs(base, "b");
+  kill(pids["b"], SIGKILL);
+  EXPECT_EQ(wait_process(pids["b"]), 128 + SIGKILL);
+  std::cout << "diloco: c killed after step " << c_killed_at << ", b while publishing its delta of round " << b_round
+            << "\n";
+  pids["c"] = start(base, "c", o);
+  pids["b"] = start(base, "b", o);
+  ASSERT_TRUE(wait_for([&] { return round_of(base, "a") >= 6; })) << logs(base, "a");
+  pids["d"] = start(base, "d", with(steps, "", {"--sync", "diloco", "--inner-steps", "4", "--exchange", "sharded",
+                                                "--codec", "fp16"}));
+  for (const auto& [name, pid] : pids) ASSERT_EQ(wait_process(pid), 0) << logs(base, name);
+
+  const std::string model = final_model(base, "a", steps);
+  ASSERT_FALSE(model.empty());
+  for (const std::string name : {"b", "c", "d"}) EXPECT_EQ(final_model(base, name, steps), model) << name;
+  const std::string log_d = logs(base, "d");
+  EXPECT_TRUE(contains(log_d, "from the folder checkpoint of step")) << log_d;
+  for (const std::string name : {"a", "b", "c", "d"}) {
+    const nlohmann::json ex = exchange_stats(base, name);
+    EXPECT_EQ(ex["round"], steps / 4) << name << ": " << ex.dump();
+    EXPECT_EQ(ex["rejected_files"], 0) << name << ": " << ex.dump();
+    EXPECT_EQ(ex["fingerprint_mismatches"], 0) << name;
+  }
+  // Rounds kept their length: every applied outer round ended on a multiple of four steps.
+  for (const nlohmann::json& r : records(base / "a", "round")) EXPECT_EQ(r["step"].get<int>() % 4, 0) << r.dump();
+}
+
+TEST_F(ElasticTest, AllDiLoCoWorkersDieAndOneRestartResumesTheRun) {
+  const fs::path base = dir("elastic_diloco_resume");
+  Options o = with(32, "a,b", {"--sync", "diloco", "--inner-steps", "4"});
+  const pid_t a = start(base, "a", o);
+  const pid_t b = start(base, "b", o);
+  ASSERT_TRUE(wait_for([&] { return round_of(base, "a") >= 3; })) << logs(base, "a");
+  kill(a, SIGKILL);
+  kill(b, SIGKILL);
+  EXPECT_EQ(wait_process(a), 128 + SIGKILL);
+  EXPECT_EQ(wait_process(b), 128 + SIGKILL);
+  const pid_t b2 = start(base, "b", o);
+  ASSERT_EQ(wait_process(b2), 0) << logs(base, "b");
+  const std::string log_b = logs(base, "b");
+  EXPECT_TRUE(contains(log_b, "b resumes the run alone")) << log_b;
+  EXPECT_EQ(exchange_stats(base, "b")["round"], 8);
+  // The round it only followed moved nothing (no outer step on an empty delta); the rest trained.
+  EXPECT_TRUE(contains(log_b, ": nobody contributed; every replica goes back to the round's start")) << log_b;
+  for (const nlohmann::json& r : records(base / "b", "round_loss"))
+    if (r["round_tokens"].get<int>() > 0) EXPECT_TRUE(std::isfinite(r["round_loss"].get<double>())) << r.dump();
+  EXPECT_FALSE(final_model(base, "b", o.steps).empty());
+}
+
 // The chaos test: four workers, one killed with SIGKILL every few rounds and restarted after a
 // pause. Longer runs: scripts/chaos.sh (CHAOS_ROUNDS, CHAOS_KILL_EVERY, CHAOS_SEED).
 TEST_F(ElasticTest, ChaosRandomKillsAndRestartsKeepReplicasIdenticalAndTraining) {

@@ -22,6 +22,9 @@ namespace {
 using namespace gradbox::codec;
 using gradbox::codec::testing::ref_bf16;
 using gradbox::codec::testing::ref_fp16;
+using gradbox::codec::testing::ref_pack_int4;
+using gradbox::codec::testing::ref_quantize;
+using gradbox::codec::testing::RefQuantized;
 
 uint32_t bits(float f) { return std::bit_cast<uint32_t>(f); }
 
@@ -61,7 +64,10 @@ std::vector<float> round_trip(const std::vector<float>& x, const CodecOptions& o
 // Every size class: empty, tiny, odd, one chunk plus a tail.
 const size_t kSizes[] = {0, 1, 7, 1000, kChunkElems + 3};
 
-const Codec kAll[] = {Codec::fp32, Codec::fp16, Codec::bf16, Codec::int8};
+const Codec kAll[] = {Codec::fp32, Codec::fp16, Codec::bf16, Codec::int8, Codec::int4};
+
+// The blockwise codecs and their largest level.
+const std::pair<Codec, int> kQuantised[] = {{Codec::int8, 127}, {Codec::int4, 7}};
 
 TEST(CodecNames, ParseAndName) {
   for (Codec c : kAll) EXPECT_EQ(parse_codec(codec_name(c)), c);
@@ -71,7 +77,7 @@ TEST(CodecNames, ParseAndName) {
   } catch (const gradbox::InputError& e) {
     const std::string msg = e.what();
     EXPECT_NE(msg.find("'fp8'"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("fp32, fp16, bf16, int8"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("fp32, fp16, bf16, int8, int4)"), std::string::npos) << msg;
   }
 }
 
@@ -84,9 +90,19 @@ TEST(CodecOptions, InvalidOptionsAreInputErrors) {
   o.int8_block = 0;
   o.codec = Codec::int8;
   EXPECT_THROW(encode(&x, 1, o), gradbox::InputError);
+  o.codec = Codec::int4;
+  EXPECT_THROW(encode(&x, 1, o), gradbox::InputError);
+  o.int8_block = kChunkElems + 1;
+  EXPECT_THROW(encode(&x, 1, o), gradbox::InputError);
   o = CodecOptions{};
   o.zstd_level = 1000;
   EXPECT_THROW(encode(&x, 1, o), gradbox::InputError);
+  o = CodecOptions{};
+  o.codec = static_cast<Codec>(5);
+  EXPECT_THROW(encode(&x, 1, o), gradbox::InputError);
+  const uint8_t none[1] = {0};
+  float y;
+  EXPECT_THROW(decode(none, 1, o, &y, 1), gradbox::InputError);
 }
 
 TEST(Codec, EmptyInput) {
@@ -167,97 +183,215 @@ TEST(Codec, NonFiniteInputDecodesNonFinite) {
     if (c == Codec::fp16) {
       EXPECT_TRUE(std::isinf(y[900]));
     }
-    if (c == Codec::int8) {
+    if (c == Codec::int8 || c == Codec::int4) {
       for (size_t i = 0; i < 512; ++i) EXPECT_TRUE(std::isnan(y[i])) << i;  // whole blocks
       for (size_t i = 512; i < 768; ++i) EXPECT_TRUE(std::isfinite(y[i])) << i;
     }
   }
 }
 
-TEST(Codec, Int8ErrorWithinHalfAScalePerBlock) {
-  for (uint32_t block : {1u, 100u, 256u, 4096u}) {
-    for (size_t n : kSizes) {
-      std::vector<float> x = gaussian(n, static_cast<uint32_t>(n + block));
-      // Mixed magnitudes so that blocks differ.
-      for (size_t i = 0; i < n; ++i) x[i] *= static_cast<float>(1 + (i / 777) % 5);
-      if (n > 600) std::fill(x.begin() + 300, x.begin() + 600, 0.f);
-      CodecOptions o = options(Codec::int8);
-      o.int8_block = block;
-      const auto y = round_trip(x, o);
-      for (size_t b = 0; b * block < n; ++b) {
-        const size_t begin = b * block, end = std::min<size_t>(n, begin + block);
-        float amax = 0;
-        for (size_t i = begin; i < end; ++i) amax = std::max(amax, std::fabs(x[i]));
-        const float scale = amax / 127.f;
-        for (size_t i = begin; i < end; ++i) {
-          ASSERT_LE(std::fabs(x[i] - y[i]), scale * 0.5f * (1 + 1e-5f) + 1e-12f)
-              << "block " << block << " n " << n << " i " << i;
+TEST(Codec, QuantisedErrorWithinHalfAScalePerBlock) {
+  for (auto [codec, levels] : kQuantised) {
+    for (uint32_t block : {1u, 3u, 100u, 255u, 256u, 4096u}) {
+      for (size_t n : kSizes) {
+        std::vector<float> x = gaussian(n, static_cast<uint32_t>(n + block));
+        // Mixed magnitudes so that blocks differ.
+        for (size_t i = 0; i < n; ++i) x[i] *= static_cast<float>(1 + (i / 777) % 5);
+        if (n > 600) std::fill(x.begin() + 300, x.begin() + 600, 0.f);
+        CodecOptions o = options(codec);
+        o.int8_block = block;
+        const auto y = round_trip(x, o);
+        // Blocks restart at each chunk.
+        for (size_t begin = 0; begin < n;) {
+          const size_t chunk_end = (begin / kChunkElems + 1) * size_t{kChunkElems};
+          const size_t end = std::min({n, begin + block, chunk_end});
+          float amax = 0;
+          for (size_t i = begin; i < end; ++i) amax = std::max(amax, std::fabs(x[i]));
+          const float scale = amax / static_cast<float>(levels);
+          for (size_t i = begin; i < end; ++i) {
+            // Plus the rounding of q * scale: a few ulps of amax.
+            ASSERT_LE(std::fabs(x[i] - y[i]), scale * 0.5f + amax * 1e-6f + 1e-12f)
+                << codec_name(codec) << " block " << block << " n " << n << " i " << i;
+            if (amax == 0) {
+              ASSERT_EQ(bits(y[i]), 0u) << "zeros decode to +0: " << codec_name(codec) << " " << i;
+            }
+          }
+          begin = end;
         }
       }
     }
   }
 }
 
+// The chunk bytes of an int4 payload, unpacked by hand from Note [Codec payload format]: per
+// chunk the reference scales, then the reference nibbles, ceil(elems / 2) bytes.
+TEST(Codec, Int4PayloadIsTheDocumentedLayout) {
+  for (uint32_t block : {1u, 3u, 255u, 256u}) {
+    for (size_t n : {size_t{1}, size_t{2}, size_t{7}, size_t{1001}, 2 * size_t{kChunkElems} + 3}) {
+      std::vector<float> x = gaussian(n, static_cast<uint32_t>(3 * n + block));
+      CodecOptions o = options(Codec::int4);
+      o.int8_block = block;
+      const auto p = encode(x.data(), n, o);
+      ASSERT_GE(p.size(), 32u);
+      EXPECT_EQ(p[5], 4) << "codec id";
+      EXPECT_EQ(p[6], 0) << "int4 never sets the shuffle flag";
+      uint32_t preamble_block, chunks;
+      std::memcpy(&preamble_block, p.data() + 20, 4);
+      std::memcpy(&chunks, p.data() + 24, 4);
+      EXPECT_EQ(preamble_block, block);
+      ASSERT_EQ(chunks, (n + kChunkElems - 1) / kChunkElems);
+      size_t offset = 32 + 4 * size_t{chunks};
+      for (size_t c = 0; c < chunks; ++c) {
+        const size_t begin = c * kChunkElems;
+        const size_t elems = std::min<size_t>(kChunkElems, n - begin);
+        const RefQuantized ref = ref_quantize(x.data() + begin, elems, block, 7);
+        std::vector<uint8_t> want(4 * ref.scales.size());
+        std::memcpy(want.data(), ref.scales.data(), want.size());
+        const auto nibbles = ref_pack_int4(ref.q);
+        ASSERT_EQ(nibbles.size(), (elems + 1) / 2);
+        want.insert(want.end(), nibbles.begin(), nibbles.end());
+        uint32_t entry;
+        std::memcpy(&entry, p.data() + 32 + 4 * c, 4);
+        const size_t stored = entry & 0x7fffffffu;
+        ASSERT_LE(offset + stored, p.size());
+        std::vector<uint8_t> plain;
+        if (entry & 0x80000000u) {
+          plain.assign(p.begin() + static_cast<long>(offset),
+                       p.begin() + static_cast<long>(offset + stored));
+        } else {
+          plain.resize(want.size() + 16);
+          const size_t got = ZSTD_decompress(plain.data(), plain.size(), p.data() + offset, stored);
+          ASSERT_FALSE(ZSTD_isError(got)) << ZSTD_getErrorName(got);
+          plain.resize(got);
+        }
+        ASSERT_EQ(plain.size(), want.size()) << "block " << block << " n " << n << " chunk " << c;
+        ASSERT_TRUE(plain == want) << "block " << block << " n " << n << " chunk " << c;
+        offset += stored;
+      }
+      EXPECT_EQ(offset, p.size());
+    }
+  }
+}
+
+TEST(Codec, ZerosEncodeSmallAndDecodeToPositiveZero) {
+  const size_t n = 100001;
+  std::vector<float> x(n, 0.f);
+  for (size_t i = 0; i < n; i += 3) x[i] = -0.f;
+  for (Codec c : {Codec::fp16, Codec::bf16, Codec::int8, Codec::int4}) {
+    const auto p = encode(x.data(), n, options(c));
+    EXPECT_LT(p.size(), n / 100) << codec_name(c);
+    const auto y = round_trip(x, options(c));
+    for (size_t i = 0; i < n; ++i) {
+      // The half codecs keep the sign of zero; the blockwise ones decode 0 * scale = +0.
+      const uint32_t want = (c == Codec::int8 || c == Codec::int4) ? 0u : bits(x[i]);
+      ASSERT_EQ(bits(y[i]), want) << codec_name(c) << " " << i;
+    }
+  }
+}
+
+TEST(Codec, EncodingIsDeterministic) {
+  const auto x = gaussian(kChunkElems + 12345, 30);
+  for (Codec c : kAll) {
+    const auto o = options(c);
+    EXPECT_EQ(encode(x.data(), x.size(), o), encode(x.data(), x.size(), o)) << codec_name(c);
+  }
+}
+
 // Error feedback: sum_t decoded_t = sum_t g_t - residual_T, so the running sums stay within
 // one quantisation error of each other, where without feedback a sub-step signal is lost.
-TEST(ErrorFeedback, RunningSumTracksTheInputs) {
+struct FeedbackRun {
+  double half_scale = 0;   // half a quantisation step of the small elements' blocks
+  double worst_track = 0;  // max over steps and elements of |sum g - sum decoded|, with feedback
+  double worst_plain = 0;  // the same without feedback, after the last step
+  double mean_ef = 0, mean_plain = 0;  // mean over elements of that error after the last step
+};
+
+FeedbackRun run_feedback(Codec codec, int levels, int steps) {
   const size_t n = 4096;
-  const int steps = 300;
-  CodecOptions o = options(Codec::int8);
+  CodecOptions o = options(codec);
   ErrorFeedbackEncoder ef(o);
   std::vector<double> sum_in(n, 0), sum_ef(n, 0), sum_plain(n, 0);
   std::mt19937 rng(12);
   std::normal_distribution<float> noise(0.f, 1e-4f);
   std::vector<float> dec(n);
-  double max_half_scale = 0;
+  FeedbackRun run;
+  // One large element per block sets the scale (1 / levels per step); the rest carry a
+  // consistent 1e-3 signal, below half a step, plus noise.
+  run.half_scale = 0.5 / levels;
   for (int t = 0; t < steps; ++t) {
     std::vector<float> g(n);
     for (size_t i = 0; i < n; ++i) {
-      // One large element per block sets the scale (1/127 per step); the rest carry a
-      // consistent 1e-3 signal, below half a step, plus noise.
       g[i] = (i % 256 == 0) ? 1.f : 1e-3f + noise(rng);
       sum_in[i] += g[i];
     }
-    max_half_scale = std::max(max_half_scale, 0.5 * 1.0 / 127);
     const auto p = ef.encode(g.data(), n);
     decode(p.data(), p.size(), o, dec.data(), n);
-    for (size_t i = 0; i < n; ++i) sum_ef[i] += dec[i];
+    for (size_t i = 0; i < n; ++i) {
+      sum_ef[i] += dec[i];
+      run.worst_track = std::max(run.worst_track, std::fabs(sum_in[i] - sum_ef[i]));
+    }
     const auto q = encode(g.data(), n, o);
     decode(q.data(), q.size(), o, dec.data(), n);
     for (size_t i = 0; i < n; ++i) sum_plain[i] += dec[i];
   }
-  double worst_ef = 0, worst_plain = 0, mean_ef = 0, mean_plain = 0;
   for (size_t i = 0; i < n; ++i) {
     const double e_ef = sum_in[i] - sum_ef[i], e_plain = sum_in[i] - sum_plain[i];
     // Exactly the residual, up to float rounding of the per-step sums.
-    ASSERT_NEAR(e_ef, ef.residual()[i], 1e-4) << i;
-    worst_ef = std::max(worst_ef, std::fabs(e_ef));
-    worst_plain = std::max(worst_plain, std::fabs(e_plain));
-    mean_ef += e_ef / n;
-    mean_plain += e_plain / n;
+    EXPECT_NEAR(e_ef, ef.residual()[i], 1e-4) << codec_name(codec) << " " << i;
+    run.worst_plain = std::max(run.worst_plain, std::fabs(e_plain));
+    run.mean_ef += e_ef / n;
+    run.mean_plain += e_plain / n;
   }
+  return run;
+}
+
+TEST(ErrorFeedback, RunningSumTracksTheInputs) {
+  const int steps = 300;
+  const FeedbackRun r = run_feedback(Codec::int8, 127, steps);
   // The residual never exceeds half a step (the block absmax stays ~1 + 1e-3 + noise).
-  EXPECT_LE(worst_ef, max_half_scale * 1.01);
+  EXPECT_LE(r.worst_track, r.half_scale * 1.01);
   // Without feedback the 1e-3 signal is lost every step: 300 * 1e-3 = 0.3 per element.
-  EXPECT_GE(worst_plain, 0.25);
-  EXPECT_GE(std::fabs(mean_plain) / (std::fabs(mean_ef) + 1e-12), 50.0);
+  EXPECT_GE(r.worst_plain, 0.25);
+  EXPECT_GE(std::fabs(r.mean_plain) / (std::fabs(r.mean_ef) + 1e-12), 50.0);
   // Per-step mean error of the feedback path decays like 1/T.
-  EXPECT_LE(std::fabs(mean_ef) / steps, 1e-5);
+  EXPECT_LE(std::fabs(r.mean_ef) / steps, 1e-5);
+}
+
+// int4's step is 18x coarser (1/7 of the block absmax): 1e-3 is 1/143 of a step, and only the
+// residual carries it from step to step.
+TEST(ErrorFeedback, Int4RunningSumTracksTheInputs) {
+  const int steps = 300;
+  const FeedbackRun r = run_feedback(Codec::int4, 7, steps);
+  EXPECT_LE(r.worst_track, r.half_scale * 1.01);
+  EXPECT_GE(r.worst_plain, 0.25);
+  // After 300 steps the feedback path has sent 2 steps of 1/7 for the 0.3 of signal: it is
+  // 0.3 - 2/7 = 0.014 behind, the plain path 0.3.
+  EXPECT_GE(std::fabs(r.mean_plain) / (std::fabs(r.mean_ef) + 1e-12), 10.0);
+  EXPECT_LE(std::fabs(r.mean_ef), r.half_scale);
 }
 
 TEST(ErrorFeedback, ResidualRestoreAndNonFinite) {
-  CodecOptions o = options(Codec::int8);
-  ErrorFeedbackEncoder a(o), b(o);
-  const auto g1 = gaussian(1000, 13), g2 = gaussian(1000, 14);
-  a.encode(g1.data(), g1.size());
-  b.set_residual(a.residual());
-  EXPECT_EQ(a.encode(g2.data(), g2.size()), b.encode(g2.data(), g2.size()));
-  EXPECT_THROW(b.encode(g2.data(), 999), gradbox::InputError);
+  for (Codec codec : {Codec::int8, Codec::int4}) {
+    CodecOptions o = options(codec);
+    ErrorFeedbackEncoder a(o), b(o);
+    const auto g1 = gaussian(1000, 13), g2 = gaussian(1000, 14);
+    a.encode(g1.data(), g1.size());
+    b.set_residual(a.residual());
+    EXPECT_EQ(a.encode(g2.data(), g2.size()), b.encode(g2.data(), g2.size())) << codec_name(codec);
+    EXPECT_THROW(b.encode(g2.data(), 999), gradbox::InputError);
+  }
+  const auto g1 = gaussian(1000, 13);
   std::vector<float> bad = g1;
   bad[3] = INFINITY;
-  ErrorFeedbackEncoder c(options(Codec::fp16));
-  c.encode(bad.data(), bad.size());
-  for (float r : c.residual()) ASSERT_TRUE(std::isfinite(r));
+  for (Codec codec : {Codec::fp16, Codec::int4}) {
+    ErrorFeedbackEncoder c(options(codec));
+    const auto p = c.encode(bad.data(), bad.size());
+    for (float r : c.residual()) ASSERT_TRUE(std::isfinite(r)) << codec_name(codec);
+    // The payload itself still carries the overflow.
+    std::vector<float> y(bad.size());
+    decode(p.data(), p.size(), options(codec), y.data(), y.size());
+    EXPECT_FALSE(std::isfinite(y[3])) << codec_name(codec);
+  }
 }
 
 TEST(Codec, DecodeAccumulateEqualsDecodeThenAxpy) {
@@ -274,6 +408,29 @@ TEST(Codec, DecodeAccumulateEqualsDecodeThenAxpy) {
         decode_accumulate(p.data(), p.size(), o, w, acc.data(), n);
         ASSERT_TRUE(same_bytes(acc.data(), want.data(), 4 * n))
             << codec_name(c) << " shuffle " << shuffle << " n " << n;
+      }
+    }
+  }
+}
+
+// decode_accumulate works through sub-blocks of whole blocks; for int4 with an odd block they
+// must also start on a byte. Odd and even blocks, sub-blocks of several blocks, blocks longer
+// than a sub-block, and a chunk boundary.
+TEST(Codec, DecodeAccumulateWithOddQuantisedBlocks) {
+  for (auto [codec, levels] : kQuantised) {
+    for (uint32_t block : {1u, 3u, 255u, 257u, 16383u, 20001u}) {
+      for (size_t n : {size_t{1001}, size_t{70001}, size_t{kChunkElems} + 40001}) {
+        CodecOptions o = options(codec);
+        o.int8_block = block;
+        const auto x = gaussian(n, 40 + block);
+        const auto p = encode(x.data(), n, o);
+        const auto y = decoded(p, o, n);
+        const float w = -1.25f;
+        std::vector<float> acc = gaussian(n, 41), want = acc;
+        for (size_t i = 0; i < n; ++i) want[i] += w * y[i];
+        decode_accumulate(p.data(), p.size(), o, w, acc.data(), n);
+        ASSERT_TRUE(same_bytes(acc.data(), want.data(), 4 * n))
+            << codec_name(codec) << " block " << block << " n " << n;
       }
     }
   }
@@ -368,6 +525,25 @@ TEST(CodecRejects, MismatchedCallerExpectations) {
   other.int8_block = 128;
   EXPECT_FALSE(decodes(q, other, 1000, &why));
   EXPECT_NE(why.find("int8 block 256, expected 128"), std::string::npos) << why;
+  const auto q4 = encode(x.data(), x.size(), options(Codec::int4));
+  CodecOptions other4 = options(Codec::int4);
+  other4.int8_block = 255;
+  EXPECT_FALSE(decodes(q4, other4, 1000, &why));
+  EXPECT_NE(why.find("int4 block 256, expected 255"), std::string::npos) << why;
+  EXPECT_FALSE(decodes(q, options(Codec::int4), 1000, &why));
+  EXPECT_NE(why.find("codec int8, expected int4"), std::string::npos) << why;
+  EXPECT_FALSE(decodes(q4, options(Codec::int8), 1000, &why));
+  EXPECT_NE(why.find("codec int4, expected int8"), std::string::npos) << why;
+  EXPECT_FALSE(decodes(q4, options(Codec::int4), 999, &why));
+  EXPECT_NE(why.find("holds 1000 elements, expected 999"), std::string::npos) << why;
+  // The shuffle option does not reach an int4 payload: written and read either way alike.
+  EXPECT_EQ(q4, encode(x.data(), x.size(), options(Codec::int4, false)));
+  EXPECT_TRUE(decodes(q4, options(Codec::int4, false), 1000));
+  // A codec id past the last one.
+  auto future = q4;
+  future[5] = 5;
+  EXPECT_FALSE(decodes(future, options(Codec::int4), 1000, &why));
+  EXPECT_NE(why.find("unknown codec id 5"), std::string::npos) << why;
   auto trailing = p;
   trailing.push_back(0);
   EXPECT_FALSE(decodes(trailing, options(Codec::fp16), 1000, &why));
@@ -415,6 +591,25 @@ TEST(CodecRejects, DecompressionBomb) {
   std::memcpy(huge.data() + 8, &big_n, 8);
   std::vector<float> one(1);
   EXPECT_THROW(decode(huge.data(), huge.size(), o, one.data(), 1), CodecError);
+}
+
+// int4 plain sizes follow the element count to the byte: a chunk of 1000 elements (4 scales
+// + 500 bytes) in the place of one of 1001 (4 scales + 501 bytes) is refused from its frame.
+TEST(CodecRejects, Int4FrameOneByteShort) {
+  std::vector<float> x(1001);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 4) - 1.5f;  // compresses
+  const auto o = options(Codec::int4);
+  const auto shorter = encode(x.data(), 1000, o);
+  const auto p = encode(x.data(), 1001, o);
+  uint32_t entry;
+  std::memcpy(&entry, shorter.data() + 32, 4);
+  ASSERT_EQ(entry & 0x80000000u, 0u) << "the test needs a zstd frame";
+  std::vector<uint8_t> forged(p.begin(), p.begin() + 36);
+  std::memcpy(forged.data() + 32, &entry, 4);
+  forged.insert(forged.end(), shorter.begin() + 36, shorter.end());
+  std::string why;
+  EXPECT_FALSE(decodes(forged, o, 1001, &why));
+  EXPECT_NE(why.find("declares 516 bytes, expected 517"), std::string::npos) << why;
 }
 
 TEST(CodecRejects, GarbageAndWrongMagic) {

@@ -1,5 +1,6 @@
 // The codec kernels against independent references: every fp16/bf16 pattern, every rounding
-// midpoint, the F16C instruction where the CPU has it, odd lengths with guard elements.
+// midpoint, the F16C instruction where the CPU has it, odd lengths with guard elements, int8
+// and int4 blocks bit for bit against the element-by-element reference.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -210,6 +211,166 @@ TEST(Quantize, Int8SpecialBlocks) {
   EXPECT_EQ(q[18], 64);  // 64.5 -> 64 (even)
   EXPECT_EQ(q[20], 127);
   EXPECT_EQ(y[20], 5.f);
+}
+
+// Gaussians at block-varying magnitudes, with exact ties (x * L / amax = k + 1/2) mixed in.
+std::vector<float> quantize_inputs(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::vector<float> x(n);
+  for (size_t i = 0; i < n; ++i) x[i] = normal(rng) * std::ldexp(1e-3f, static_cast<int>(i / 700 % 7) - 3);
+  for (size_t i = 0; i + 7 < n; i += 97) {
+    x[i] = 7.f;  // with amax 7 and L = 7, inv = 1: the next entries are ties for int4
+    x[i + 1] = 2.5f;
+    x[i + 2] = -0.5f;
+    x[i + 3] = 3.5f;
+  }
+  return x;
+}
+
+// Shapes for the blockwise kernels: empty, one, odd and even, around the kernels' 4096-element
+// int4 tile, blocks of 1, odd, even, and larger than a tile.
+const uint32_t kQuantBlocks[] = {1u, 2u, 3u, 7u, 64u, 255u, 256u, 1000u, 4097u, 5000u};
+const size_t kQuantSizes[] = {0, 1, 2, 3, 255, 256, 257, 2049, 4095, 4096, 4097, 12345};
+
+TEST(Quantize, Int8MatchesTheReferenceBitForBit) {
+  for (uint32_t block : kQuantBlocks) {
+    for (size_t n : kQuantSizes) {
+      const auto x = quantize_inputs(n, static_cast<uint32_t>(n * 31 + block));
+      const RefQuantized ref = ref_quantize(x.data(), n, block, 127);
+      std::vector<float> scales(ref.scales.size() + 1, 123.f);
+      std::vector<int8_t> q(n + 1, 99);
+      quantize_int8(x.data(), n, block, scales.data(), q.data());
+      ASSERT_EQ(scales.back(), 123.f);
+      ASSERT_EQ(q.back(), 99);
+      for (size_t b = 0; b < ref.scales.size(); ++b) ASSERT_EQ(bits(scales[b]), bits(ref.scales[b]));
+      for (size_t i = 0; i < n; ++i) ASSERT_EQ(q[i], ref.q[i]) << "block " << block << " i " << i;
+    }
+  }
+}
+
+TEST(Quantize, Int4MatchesTheReferenceBitForBit) {
+  for (uint32_t block : kQuantBlocks) {
+    for (size_t n : kQuantSizes) {
+      const auto x = quantize_inputs(n, static_cast<uint32_t>(n * 37 + block));
+      const RefQuantized ref = ref_quantize(x.data(), n, block, 7);
+      const std::vector<uint8_t> want = ref_pack_int4(ref.q);
+      ASSERT_EQ(int4_packed_bytes(n), want.size());
+      ASSERT_EQ(int8_block_count(n, block), ref.scales.size());
+      // Guards after both outputs catch an overrun by a byte or a scale.
+      std::vector<float> scales(ref.scales.size() + 1, 123.f);
+      std::vector<uint8_t> packed(want.size() + 2, 0xa5);
+      quantize_int4(x.data(), n, block, scales.data(), packed.data());
+      ASSERT_EQ(scales[ref.scales.size()], 123.f) << "block " << block << " n " << n;
+      ASSERT_EQ(packed[want.size()], 0xa5) << "block " << block << " n " << n;
+      ASSERT_EQ(packed[want.size() + 1], 0xa5);
+      for (size_t b = 0; b < ref.scales.size(); ++b) {
+        ASSERT_EQ(bits(scales[b]), bits(ref.scales[b])) << "block " << block << " n " << n;
+      }
+      for (size_t k = 0; k < want.size(); ++k) {
+        ASSERT_EQ(packed[k], want[k]) << "block " << block << " n " << n << " byte " << k;
+      }
+      // Decodes to q * scale exactly, within half a step of the input, and never writes past n.
+      std::vector<float> y(n + 3, 42.f);
+      dequantize_int4(scales.data(), packed.data(), n, block, y.data());
+      for (size_t i = n; i < n + 3; ++i) ASSERT_EQ(y[i], 42.f) << "overrun at n=" << n;
+      for (size_t i = 0; i < n; ++i) {
+        const float s = ref.scales[i / block];
+        ASSERT_EQ(bits(y[i]), bits(static_cast<float>(ref.q[i]) * s)) << i;
+        ASSERT_LE(std::fabs(x[i] - y[i]), s * (0.5f + 1e-5f))
+            << "block " << block << " n " << n << " i " << i;
+      }
+    }
+  }
+}
+
+// The codec dequantises decode_accumulate's sub-blocks on their own: from any element that is
+// a multiple of the block and of 2, a partial decode equals the same slice of the full one.
+TEST(Quantize, Int4PartialDequantiseMatchesTheFullOne) {
+  const size_t n = 9001;
+  for (uint32_t block : {1u, 3u, 128u, 255u, 4097u}) {
+    const auto x = quantize_inputs(n, block);
+    std::vector<float> scales(int8_block_count(n, block));
+    std::vector<uint8_t> packed(int4_packed_bytes(n));
+    quantize_int4(x.data(), n, block, scales.data(), packed.data());
+    std::vector<float> full(n);
+    dequantize_int4(scales.data(), packed.data(), n, block, full.data());
+    const size_t unit = block % 2 ? 2 * size_t{block} : block;
+    for (size_t k : {0, 1, 2, 5, 17, 40, 1000, 2999, 4500}) {
+      const size_t begin = k * unit;
+      if (begin >= n) continue;
+      for (size_t len : {size_t{1}, unit, size_t{5000}, n}) {
+        len = std::min(len, n - begin);
+        std::vector<float> part(len);
+        dequantize_int4(scales.data() + begin / block, packed.data() + begin / 2, len, block,
+                        part.data());
+        for (size_t i = 0; i < len; ++i) {
+          ASSERT_EQ(bits(part[i]), bits(full[begin + i])) << "block " << block << " at " << begin;
+        }
+      }
+    }
+  }
+}
+
+// Bytes worked out by hand from the format: odd n, odd block, a block sharing a byte.
+TEST(Quantize, Int4PacksOddLengthsAndBlocksExactly) {
+  // Block 3: {7, -7, 1} (amax 7: levels 7, -7, 1), {3.5, 0, 0} (amax 3.5: 7, 0, 0), {-2}.
+  const std::vector<float> x = {7.f, -7.f, 1.f, 3.5f, 0.f, 0.f, -2.f};
+  std::vector<float> scales(4, 9.f);
+  std::vector<uint8_t> packed(5, 0xee);
+  quantize_int4(x.data(), x.size(), 3, scales.data(), packed.data());
+  EXPECT_EQ(scales[0], 1.f);
+  EXPECT_EQ(scales[1], 0.5f);
+  EXPECT_EQ(scales[2], 2.f / 7.f);
+  EXPECT_EQ(scales[3], 9.f);
+  // levels 7 -7 | 1 7 | 0 0 | -7 (pad 0): nibbles 0x7 0x9 | 0x1 0x7 | 0x0 0x0 | 0x9 0x0
+  EXPECT_EQ(packed[0], 0x97);
+  EXPECT_EQ(packed[1], 0x71);
+  EXPECT_EQ(packed[2], 0x00);
+  EXPECT_EQ(packed[3], 0x09);
+  EXPECT_EQ(packed[4], 0xee);
+  std::vector<float> y(x.size());
+  dequantize_int4(scales.data(), packed.data(), x.size(), 3, y.data());
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(y[i], x[i]) << i;  // all exactly representable
+  // A nibble pattern the encoder never writes (-8) still decodes without surprises.
+  const uint8_t odd[1] = {0x8f};  // levels -1, -8
+  const float one = 1.f;
+  float z[2];
+  dequantize_int4(&one, odd, 2, 2, z);
+  EXPECT_EQ(z[0], -1.f);
+  EXPECT_EQ(z[1], -8.f);
+}
+
+TEST(Quantize, Int4SpecialBlocks) {
+  const uint32_t block = 4;
+  std::vector<float> x = {1.f,  -2.f, NAN,   0.5f,      // NaN -> whole block NaN
+                          0.f,  -0.f, 0.f,   0.f,       // zeros
+                          1e-35f, -1e-33f, 0.f, 0.f,    // below 2^-100: flushed
+                          3.f,  -INFINITY, 1.f, 2.f,    // inf -> NaN block
+                          -7.f, 2.5f, 3.5f, 0.5f,       // ties to even: 2, 4, 0
+                          0x1p-99f, -0x1p-99f, 0.f, 0x1p-100f,  // just above the flush
+                          5.f};                         // short last block
+  const size_t blocks = int8_block_count(x.size(), block);
+  std::vector<float> scales(blocks);
+  std::vector<uint8_t> packed(int4_packed_bytes(x.size()), 0xff);
+  quantize_int4(x.data(), x.size(), block, scales.data(), packed.data());
+  std::vector<float> y(x.size());
+  dequantize_int4(scales.data(), packed.data(), x.size(), block, y.data());
+  EXPECT_TRUE(std::isnan(scales[0]));
+  EXPECT_TRUE(std::isnan(scales[3]));
+  for (size_t i = 0; i < 4; ++i) EXPECT_TRUE(std::isnan(y[i])) << i;
+  for (size_t i = 4; i < 12; ++i) EXPECT_EQ(bits(y[i]), 0u) << i;  // +0, not -0 or garbage
+  for (size_t i = 12; i < 16; ++i) EXPECT_TRUE(std::isnan(y[i])) << i;
+  EXPECT_EQ(ref_int4_level(packed.data(), 16), -7);
+  EXPECT_EQ(ref_int4_level(packed.data(), 17), 2);  // 2.5 -> 2 (even)
+  EXPECT_EQ(ref_int4_level(packed.data(), 18), 4);  // 3.5 -> 4 (even)
+  EXPECT_EQ(ref_int4_level(packed.data(), 19), 0);  // 0.5 -> 0 (even)
+  EXPECT_EQ(y[20], 0x1p-99f);
+  EXPECT_EQ(y[21], -0x1p-99f);
+  EXPECT_EQ(ref_int4_level(packed.data(), 23), 4);  // 2^-100 * 7 / 2^-99 = 3.5 -> 4
+  EXPECT_EQ(ref_int4_level(packed.data(), 24), 7);
+  EXPECT_EQ(packed.back() >> 4, 0);  // odd count: the unused high nibble is 0
+  EXPECT_EQ(y[24], 5.f);
 }
 
 }  // namespace

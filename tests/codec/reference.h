@@ -1,10 +1,12 @@
 #pragma once
 // Independent references for the codec tests: fp16/bf16 rounding by nearest-value search over
-// all representable values in double (no bit tricks shared with the kernels).
+// all representable values in double (no bit tricks shared with the kernels); blockwise absmax
+// quantisation element by element with std::nearbyint, and int4 packing nibble by nibble.
 #include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 namespace gradbox::codec::testing {
@@ -117,6 +119,58 @@ inline std::vector<float> rounding_cases(const std::vector<double>& values, doub
     out.push_back(std::bit_cast<float>(bits));
   }
   return out;
+}
+
+// Blockwise absmax quantisation from its definition (src/kernels/quantize.h) with `levels` =
+// 127 (int8) or 7 (int4): plain loops, std::nearbyint (ties to even in the default rounding
+// mode) instead of the kernels' 1.5 * 2^23 trick, std::fabs instead of integer compares.
+struct RefQuantized {
+  std::vector<float> scales;  // one per block
+  std::vector<int> q;         // one level per element, in [-levels, levels]
+};
+
+inline RefQuantized ref_quantize(const float* x, size_t n, uint32_t block, int levels) {
+  RefQuantized out;
+  out.q.assign(n, 0);
+  for (size_t begin = 0; begin < n; begin += block) {
+    const size_t end = std::min<size_t>(n, begin + block);
+    bool finite = true;
+    float amax = 0.f;
+    for (size_t i = begin; i < end; ++i) {
+      finite = finite && std::isfinite(x[i]);
+      amax = std::max(amax, std::fabs(x[i]));
+    }
+    if (!finite) {
+      out.scales.push_back(std::numeric_limits<float>::quiet_NaN());
+    } else if (amax < 0x1p-100f) {
+      out.scales.push_back(0.f);
+    } else {
+      out.scales.push_back(amax / static_cast<float>(levels));
+      const float inv = static_cast<float>(levels) / amax;
+      for (size_t i = begin; i < end; ++i) {
+        const float v = std::nearbyint(x[i] * inv);
+        out.q[i] = static_cast<int>(std::clamp(v, -static_cast<float>(levels),
+                                                static_cast<float>(levels)));
+      }
+    }
+  }
+  return out;
+}
+
+// int4 packing as Note [Codec payload format] states it: element i in byte i / 2, the low
+// nibble for even i, 4-bit two's complement, an unused last high nibble 0.
+inline std::vector<uint8_t> ref_pack_int4(const std::vector<int>& q) {
+  std::vector<uint8_t> out((q.size() + 1) / 2, 0);
+  for (size_t i = 0; i < q.size(); ++i) {
+    const unsigned nibble = static_cast<unsigned>(q[i] < 0 ? q[i] + 16 : q[i]);
+    out[i / 2] = static_cast<uint8_t>(out[i / 2] | (nibble << (i % 2 == 0 ? 0 : 4)));
+  }
+  return out;
+}
+
+inline int ref_int4_level(const uint8_t* packed, size_t i) {
+  const int nibble = (packed[i / 2] >> (i % 2 == 0 ? 0 : 4)) & 0xf;
+  return nibble >= 8 ? nibble - 16 : nibble;
 }
 
 }  // namespace gradbox::codec::testing

@@ -95,6 +95,40 @@ TEST(ElasticProtocol, AJoinerCatchesUpAndIsLetIn) {
   EXPECT_TRUE(run.divergent_rounds().empty()) << run.divergent_rounds().front();
 }
 
+// DiLoCo rounds far longer than the protocol's timeouts (20 inner steps of 1 s against a
+// heartbeat staleness of 6 s and a give-up of 10 s): members stay live through the inner
+// phase (heartbeats between rounds), and a joiner waits out the round in progress instead of
+// giving up, then is let in; everyone ends on the same state, outer momentum included.
+TEST(ElasticProtocol, LongDiLoCoRoundsKeepMembersLiveAndLetAJoinerWaitThemOut) {
+  ElasticRun run("diloco_long", {"a", "b"});
+  auto spec = [&](const std::string& name) {
+    sim::SimWorkerSpec s = run.spec(name, 8);
+    s.inner_steps = 20;
+    s.compute_s = 1.0;
+    s.checkpoint_interval = 2;
+    s.exchange.give_up_timeout_s = 10;
+    return s;
+  };
+  run.start(spec("a"));
+  run.start(spec("b"));
+  // In round 3's inner phase: without heartbeats between rounds c takes a and b for dead and forks.
+  run.cluster().sim().at(50.0, [&] { run.start(spec("c")); });
+  run.cluster().sim().run_until(1e5);
+  EXPECT_TRUE(run.cluster().sim().failures().empty()) << run.cluster().sim().failures().front();
+  EXPECT_EQ(run.cluster().stats("a")["members_dropped"], 0) << run.cluster().stats("a").dump();
+  EXPECT_EQ(run.cluster().stats("b")["members_dropped"], 0) << run.cluster().stats("b").dump();
+  // Heartbeats came between rounds: the joiner never took the members for dead.
+  EXPECT_EQ(run.cluster().stats("c")["self_elections"], 0) << run.cluster().stats("c").dump();
+  bool c_contributed = false;
+  for (const sim::SimObserver::Applied& a : run.observer().history()) c_contributed |= a.worker == "c" && a.contributed;
+  EXPECT_TRUE(c_contributed) << "c was let in";
+  const std::map<std::string, uint64_t> finals = run.observer().finals();
+  ASSERT_EQ(finals.size(), 3u);
+  EXPECT_EQ(finals.at("a"), finals.at("c"));
+  EXPECT_EQ(finals.at("b"), finals.at("c"));
+  EXPECT_TRUE(run.divergent_rounds().empty()) << run.divergent_rounds().front();
+}
+
 // The contribution deadline follows the lags it observes: from the ceiling down to what the
 // folder needs, so that a dead worker costs the others little.
 TEST(ElasticProtocol, TheDeadlineAdaptsToTheObservedLags) {

@@ -2,7 +2,7 @@
 // scripts/bench/exchange_bench.sh):
 //
 //   exchange_bench --grad FILE [--workers 3] [--rounds 5] [--dir /tmp/gradbox_exchange_bench]
-//                  [--patterns all-gather,sharded] [--codecs fp32,fp16,bf16,int8]
+//                  [--patterns all-gather,sharded] [--codecs fp32,fp16,bf16,int8,int4]
 //                  [--poll-ms 5] [--gc-window 2] [--context-repeats 3] [--keep] [--log-level warn]
 //
 // FILE holds a flat fp32 gradient as `codec_bench --dump` writes it (u64 n, then n floats).
@@ -74,7 +74,7 @@ struct Options {
   int rounds = 5;
   std::string dir = "/tmp/gradbox_exchange_bench";
   std::vector<std::string> patterns{"all-gather", "sharded"};
-  std::vector<std::string> codecs{"fp32", "fp16", "bf16", "int8"};
+  std::vector<std::string> codecs{"fp32", "fp16", "bf16", "int8", "int4"};
   int poll_ms = 5;
   int gc_window = 2;
   int context_repeats = 3;

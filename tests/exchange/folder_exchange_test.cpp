@@ -127,7 +127,7 @@ TEST(FolderExchange, ShardedFp32MatchesAllGatherAndDownloadsOnlyOwnedShards) {
 }
 
 TEST(FolderExchange, LossyCodecsGiveIdenticalReplicasWithinTheirError) {
-  for (codec::Codec codec : {codec::Codec::fp16, codec::Codec::bf16, codec::Codec::int8}) {
+  for (codec::Codec codec : {codec::Codec::fp16, codec::Codec::bf16, codec::Codec::int8, codec::Codec::int4}) {
     for (ExchangePattern pattern : {ExchangePattern::all_gather, ExchangePattern::sharded}) {
       const std::string what = std::string(codec::codec_name(codec)) + " " + pattern_name(pattern);
       VirtualCluster cluster("lossy", 3, faults_for(pattern));
@@ -140,7 +140,10 @@ TEST(FolderExchange, LossyCodecsGiveIdenticalReplicasWithinTheirError) {
         err += std::pow(out.averages["a"][0][i] - exact[i], 2);
         norm += std::pow(exact[i], 2);
       }
-      const double bound = codec == codec::Codec::fp16 ? 1e-3 : codec == codec::Codec::bf16 ? 1e-2 : 3e-2;
+      const double bound = codec == codec::Codec::fp16   ? 1e-3
+                           : codec == codec::Codec::bf16 ? 1e-2
+                           : codec == codec::Codec::int8 ? 3e-2
+                                                         : 2e-1;  // measured 0.07 and 0.12
       EXPECT_LT(std::sqrt(err / norm), bound) << what;
     }
   }

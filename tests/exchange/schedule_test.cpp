@@ -25,6 +25,20 @@ TEST(RandomSchedules, Seeds1001To1100) { run_seeds(1001, 100); }
 TEST(RandomSchedules, Seeds1101To1200) { run_seeds(1101, 100); }
 TEST(RandomSchedules, Seeds1201To1300) { run_seeds(1201, 100); }
 
+// DiLoCo rounds (four inner steps each, so rounds last four times as long and heartbeats come
+// from between the rounds) under the same faults and invariants.
+TEST(RandomSchedules, DilocoSeeds3001To3040) {
+  const uint64_t count = std::getenv("GRADBOX_SCHEDULES") ? std::atoll(std::getenv("GRADBOX_SCHEDULES")) : 40;
+  for (uint64_t seed = 3001; seed < 3001 + count; ++seed) {
+    ScheduleOptions options;
+    options.seed = seed;
+    options.inner_steps = 4;
+    options.rounds = 30;
+    const ScheduleReport report = run_schedule(options);
+    EXPECT_TRUE(report.ok) << describe(report);
+  }
+}
+
 // Seeds that broke an invariant while the protocol was being split into parts, each a
 // regression test now: a worker that agreed rounds alone after an outage, a lost agreement
 // waited for forever, a dead member's silence taken for a live one's, an owner that left after

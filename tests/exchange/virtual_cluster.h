@@ -48,7 +48,7 @@ class VirtualCluster {
     c.pattern = pattern;
     c.shard_count = pattern == ExchangePattern::sharded ? static_cast<uint32_t>(members.size()) : 1;
     c.codec.codec = codec;
-    c.codec.shuffle = codec != codec::Codec::int8;
+    c.codec.shuffle = codec != codec::Codec::int8 && codec != codec::Codec::int4;
     c.contribution_timeout_s = 5;
     c.failover_timeout_s = 10;
     c.give_up_timeout_s = 600;

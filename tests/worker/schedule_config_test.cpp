@@ -24,8 +24,13 @@ TEST(TrainConfig, JsonRoundTrip) {
   c.lr = 1e-3;
   c.optimizer = OptimizerKind::lamb;
   c.precision = Precision::bf16;
+  c.sync = SyncMode::diloco;
+  c.inner_steps = 17;
+  c.sync_warmup_steps = 3;
   TrainConfig back = TrainConfig::from_json(c.to_json(), "test");
   EXPECT_EQ(back.to_json(), c.to_json());
+  EXPECT_EQ(back.sync, SyncMode::diloco);
+  EXPECT_EQ(back.inner_steps, 17);
 }
 
 TEST(TrainConfig, UnknownKeyAndWrongTypeNameTheKey) {
@@ -53,7 +58,18 @@ TEST(TrainConfig, ValidationNamesTheFlag) {
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("--micro-batch"), std::string::npos);
   }
-  EXPECT_THROW(parse_optimizer("sgd"), InputError);
+  EXPECT_THROW(parse_optimizer("adagrad"), InputError);
+  EXPECT_EQ(parse_optimizer("sgd"), OptimizerKind::sgd);
+  EXPECT_THROW(parse_sync("local-sgd"), InputError);
+  c.micro_batch = 1;
+  c.sync = SyncMode::diloco;
+  c.inner_steps = 0;
+  try {
+    c.validate();
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("--inner-steps"), std::string::npos);
+  }
   EXPECT_THROW(parse_precision("fp8"), InputError);
 }
 

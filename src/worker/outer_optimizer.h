@@ -1,0 +1,64 @@
+#pragma once
+// The outer optimizer of DiLoCo rounds: the global parameters every replica agrees on, and
+// the momentum of the outer SGD step applied to them.
+//
+// Note [DiLoCo rounds]
+// With --sync diloco a round is --inner-steps (H) local steps, not one. Each worker starts the
+// round from the global parameters θ_g, takes H steps with its own inner optimizer (AdamW,
+// LAMB or SGD, its own moments) on its own data stream, and hands the exchange its
+// pseudo-gradient Δ = θ_g - θ_local with the tokens of those H steps as its weight. The
+// exchange agrees the token-weighted average Δ̄ exactly as it agrees a per-step gradient (same
+// files, codecs, error feedback, membership and repair: GradientExchange is the one averaging
+// interface), and every replica applies the same outer step to θ_g:
+//   m = μ m + Δ̄;  θ_g -= η (Δ̄ + μ m)  (Nesterov; --outer-lr η = 0.7, --outer-momentum μ = 0.9)
+// and continues from θ_local = θ_g. A round ends after step kH or at --max-steps. Rounds are
+// counted apart from steps: the exchange's round k is the k-th outer round, and a checkpoint
+// shared through the folder is keyed by the rounds it holds (with H = 1 both counts agree).
+//
+// The inner optimizer state is kept across an outer step, not reset and not averaged. Its
+// moments describe the loss surface near θ_g, which moves by one averaged step; resetting
+// them would restart bias correction and warm-up every round (DiLoCo's inner AdamW keeps its
+// state too), and averaging them would double the bytes exchanged for no measured gain. The
+// moments are therefore per worker: replicas agree on θ_g and m, not on inner state. A joiner
+// starts from the publisher's inner moments, which are a better start than zeros.
+//
+// Replicas check the outer state, not just θ_g: fingerprints and the folder checkpoint's
+// checksum cover θ_g followed by m (replica_state()). Local checkpoints may be taken inside a
+// round (a stop): they hold θ_g, m, the inner state and the round's tokens so far, and the
+// worker resumes the round where it was. Only checkpoints at a round's end go to the folder.
+//
+// A round in which some contributor's Δ was non-finite is skipped by every replica: θ_local
+// goes back to θ_g and the round's inner steps are lost (the per-step rule, one round wide).
+#include <torch/torch.h>
+
+namespace gradbox::worker {
+
+struct OuterHyper {
+  double lr = 0.7;
+  double momentum = 0.9;
+  bool nesterov = true;
+};
+
+class OuterOptimizer {
+ public:
+  // θ_g starts as a copy of `params`; the momentum as zeros.
+  OuterOptimizer(const torch::Tensor& params, OuterHyper hyper);
+
+  // delta (fp32, n values, on the CPU) = θ_g - params.
+  void pseudo_gradient(const torch::Tensor& params, torch::Tensor& delta) const;
+  // The outer step from the agreed average (fp32, on the CPU); params become θ_g.
+  void step(const torch::Tensor& average_delta, torch::Tensor& params);
+  // The round was skipped: params go back to θ_g.
+  void discard_round(torch::Tensor& params) const;
+
+  torch::Tensor& global() { return global_; }
+  torch::Tensor& momentum() { return momentum_; }
+  const OuterHyper& hyper() const { return hyper_; }
+
+ private:
+  OuterHyper hyper_;
+  torch::Tensor global_;
+  torch::Tensor momentum_;
+};
+
+}  // namespace gradbox::worker

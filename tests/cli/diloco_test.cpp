@@ -1,0 +1,254 @@
+// DiLoCo rounds (Note [DiLoCo rounds] in src/worker/outer_optimizer.h) in real processes:
+// its exactness against per-step averaging, three workers through the faulty cloud-folder
+// simulator against one process emulating them, quantised deltas, a stop inside a round, and
+// a joiner with other round settings.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <iostream>
+
+#include "cli_fixture.h"
+#include "process.h"
+
+namespace gradbox::testing {
+namespace {
+
+struct Worker {
+  std::string name;
+  int micro_batch;
+};
+const std::vector<Worker> kWorkers = {{"a", 4}, {"b", 2}, {"c", 3}};
+
+// One fp32 tensor of a safetensors file, as raw bytes (empty when absent).
+std::string tensor_bytes(const fs::path& file, const std::string& name) {
+  const std::string bytes = read_bytes(file);
+  if (bytes.size() < 8) return "";
+  uint64_t header_size = 0;
+  std::memcpy(&header_size, bytes.data(), 8);
+  const nlohmann::json header = nlohmann::json::parse(bytes.substr(8, header_size));
+  if (!header.contains(name)) return "";
+  const auto offsets = header[name]["data_offsets"];
+  const size_t begin = 8 + header_size + offsets[0].get<size_t>();
+  return bytes.substr(begin, offsets[1].get<size_t>() - offsets[0].get<size_t>());
+}
+
+// Every tensor of a model.safetensors file, concatenated in name order, as floats.
+std::vector<float> all_floats(const fs::path& file) {
+  const std::string bytes = read_bytes(file);
+  uint64_t header_size = 0;
+  std::memcpy(&header_size, bytes.data(), 8);
+  const nlohmann::json header = nlohmann::json::parse(bytes.substr(8, header_size));
+  std::vector<float> out;
+  for (const auto& [name, info] : header.items()) {
+    if (name == "__metadata__") continue;
+    const size_t begin = 8 + header_size + info["data_offsets"][0].get<size_t>();
+    const size_t end = 8 + header_size + info["data_offsets"][1].get<size_t>();
+    const size_t at = out.size();
+    out.resize(at + (end - begin) / sizeof(float));
+    std::memcpy(out.data() + at, bytes.data() + begin, end - begin);
+  }
+  return out;
+}
+
+double largest_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    worst = std::max(worst, std::abs(static_cast<double>(a[i]) - static_cast<double>(b[i])));
+  return worst;
+}
+
+class DilocoTest : public CliTest {
+ protected:
+  static constexpr int kSteps = 20;
+
+  static std::vector<std::string> tiny(const fs::path& out, std::vector<std::string> extra) {
+    std::vector<std::string> argv = train(out, {"--block-size", "32", "--max-steps", std::to_string(kSteps),
+                                                "--checkpoint-interval", "0", "--dropout", "0"});
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return argv;
+  }
+
+  static fs::path final_checkpoint(const fs::path& run, int step = kSteps) {
+    char name[32];
+    std::snprintf(name, sizeof name, "step_%08d", step);
+    return run / "checkpoints" / name;
+  }
+
+  // Every worker of kWorkers through the faulty simulated folder; returns when all have exited.
+  static void run_cluster(const fs::path& base, const std::vector<std::string>& extra) {
+    fs::create_directories(base);
+    std::map<std::string, pid_t> pids;
+    for (const Worker& w : kWorkers) {
+      std::vector<std::string> argv = tiny(base / w.name, extra);
+      const std::string folder = "--poll-ms 20 --sim-seed " + std::to_string(w.name[0]) +
+                                 " --sim-delay-median-ms 50 --sim-delay-p90-ms 200 --sim-placeholder-prob 0.2"
+                                 " --sim-truncate-prob 0.2 --sim-corrupt-prob 0.05 --sim-stale-list-prob 0.1"
+                                 " --sim-missing-prob 0.1 --sim-duplicate-prob 0.1";
+      argv.insert(argv.end(), {"--micro-batch", std::to_string(w.micro_batch), "--local-workers", "3", "--shared",
+                               (base / "shared").string(), "--worker", w.name, "--peers", "a,b,c", "--sync-backend",
+                               "sim", "--sync-args", folder});
+      pids[w.name] = start_process(argv, base / (w.name + ".log"));
+    }
+    for (const auto& [name, pid] : pids) ASSERT_EQ(wait_process(pid), 0) << read_bytes(base / (name + ".log"));
+  }
+
+  // One process on the union of the workers' batches, each emulated worker with its own inner state.
+  static fs::path emulate(const fs::path& base, std::vector<std::string> extra) {
+    const fs::path run = base / "union";
+    extra.insert(extra.end(), {"--emulate-workers", "a:4,b:2,c:3"});
+    const ProcessResult r = run_process(tiny(run, extra));
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return run;
+  }
+
+  static nlohmann::json exchange_stats(const fs::path& run) {
+    return nlohmann::json::parse(read_bytes(run / "sync" / "exchange" / "stats.json"));
+  }
+
+  static std::vector<nlohmann::json> records(const fs::path& run, const std::string& key) {
+    std::vector<nlohmann::json> out;
+    for (const nlohmann::json& r : read_metrics(run))
+      if (r.contains(key)) out.push_back(r);
+    return out;
+  }
+};
+
+// DiLoCo's claim in its simplest case: one inner SGD step, outer lr 1 and no momentum is
+// exactly per-step averaging (the outer step subtracts the averaged update the inner steps made).
+TEST_F(DilocoTest, OneInnerSgdStepWithOuterLrOneIsPerStepAveraging) {
+  const fs::path base = dir("diloco_h1");
+  const std::vector<std::string> sgd = {"--optimizer", "sgd", "--lr", "0.5", "--grad-clip", "0",
+                                        "--emulate-workers", "a:4,b:2,c:3"};
+  std::vector<std::string> per_step = sgd, diloco = sgd;
+  diloco.insert(diloco.end(), {"--sync", "diloco", "--inner-steps", "1", "--outer-lr", "1", "--outer-momentum", "0"});
+  const ProcessResult a = run_process(tiny(base / "per_step", per_step));
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  const ProcessResult b = run_process(tiny(base / "diloco", diloco));
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  const std::vector<float> reference = all_floats(final_checkpoint(base / "per_step") / "model.safetensors");
+  const std::vector<float> rounds = all_floats(final_checkpoint(base / "diloco") / "model.safetensors");
+  ASSERT_FALSE(reference.empty());
+  // theta - (theta - theta_i) differs from the per-step update by an ulp or so of theta.
+  const double worst = largest_difference(reference, rounds);
+  std::cout << "H=1 DiLoCo vs per-step, largest parameter difference after " << kSteps << " steps: " << worst << "\n";
+  EXPECT_LT(worst, 1e-5);
+  // It is not the initial model: both trained.
+  EXPECT_EQ(records(base / "diloco", "round").size(), static_cast<size_t>(kSteps));
+  const std::vector<nlohmann::json> losses = records(base / "diloco", "loss");
+  EXPECT_LT(losses.back()["loss"].get<double>(), losses.front()["loss"].get<double>() - 0.3);
+}
+
+TEST_F(DilocoTest, ThreeWorkersFp32MatchOneProcessEmulatingThemBitForBit) {
+  const fs::path base = dir("diloco_fp32");
+  const std::vector<std::string> flags = {"--sync", "diloco", "--inner-steps", "5", "--codec", "fp32"};
+  run_cluster(base, flags);
+  const fs::path reference = emulate(base, flags);
+  const fs::path ref = final_checkpoint(reference);
+  const std::string model = read_bytes(ref / "model.safetensors");
+  const std::string momentum = tensor_bytes(ref / "optimizer.safetensors", "outer.momentum");
+  ASSERT_FALSE(model.empty());
+  ASSERT_FALSE(momentum.empty());
+  for (const Worker& w : kWorkers) {
+    const fs::path mine = final_checkpoint(base / w.name);
+    EXPECT_EQ(read_bytes(mine / "model.safetensors"), model) << w.name;
+    EXPECT_EQ(tensor_bytes(mine / "optimizer.safetensors", "outer.momentum"), momentum) << w.name;
+    EXPECT_EQ(tensor_bytes(mine / "optimizer.safetensors", "outer.global"),
+              tensor_bytes(ref / "optimizer.safetensors", "outer.global")) << w.name;
+    // Four rounds of five steps, each agreed and fingerprinted, and nothing refused.
+    const nlohmann::json stats = exchange_stats(base / w.name);
+    EXPECT_EQ(stats["round"], kSteps / 5) << stats.dump();
+    EXPECT_EQ(stats["fingerprint_mismatches"], 0);
+    EXPECT_GT(stats["fingerprints_checked"].get<int>(), 0);
+    EXPECT_EQ(stats["rejected_files"], 0);
+    EXPECT_EQ(records(base / w.name, "round").size(), 4u) << w.name;
+  }
+  // The folder checkpoint at the end is keyed by the rounds it holds, not the steps.
+  EXPECT_TRUE(fs::exists(base / "a" / "sync" / "outbox" / "checkpoints") );
+  bool round_keyed = false;
+  for (const auto& entry : fs::directory_iterator(base / "shared" / "checkpoints"))
+    round_keyed |= entry.path().filename().string().starts_with("s00000004-");
+  EXPECT_TRUE(round_keyed);
+  // Training happened: the union's loss fell.
+  const std::vector<nlohmann::json> losses = records(reference, "round_loss");
+  ASSERT_EQ(losses.size(), 4u);
+  EXPECT_LT(losses.back()["round_loss"].get<double>(), losses.front()["round_loss"].get<double>() - 0.3);
+}
+
+// int8 (sharded: quantised twice, contributions and reduced shards) and int4 (all-gather) with
+// error feedback: the replicas stay byte-identical, and the run stays near the exact fp32 one.
+// Stated tolerances: the round losses within 0.02 and the parameters within 2% (relative L2).
+TEST_F(DilocoTest, QuantisedDeltasKeepReplicasIdenticalAndStayNearFp32) {
+  const fs::path reference = emulate(dir("diloco_exact"), {"--sync", "diloco", "--inner-steps", "5"});
+  const std::vector<float> exact_params = all_floats(final_checkpoint(reference) / "model.safetensors");
+  for (const auto& [codec, pattern] : std::vector<std::pair<std::string, std::string>>{{"int8", "sharded"},
+                                                                                     {"int4", "all-gather"}}) {
+    const fs::path base = dir("diloco_" + codec);
+    run_cluster(base, {"--sync", "diloco", "--inner-steps", "5", "--codec", codec, "--exchange", pattern});
+    const std::string model_a = read_bytes(final_checkpoint(base / "a") / "model.safetensors");
+    ASSERT_FALSE(model_a.empty());
+    for (const Worker& w : kWorkers)
+      EXPECT_EQ(read_bytes(final_checkpoint(base / w.name) / "model.safetensors"), model_a) << codec << " " << w.name;
+    const std::vector<nlohmann::json> quantised = records(base / "a", "round_loss");
+    const std::vector<nlohmann::json> exact = records(reference, "round_loss");
+    ASSERT_EQ(quantised.size(), exact.size());
+    double worst = 0;
+    for (size_t i = 0; i < exact.size(); ++i)
+      worst = std::max(worst, std::abs(quantised[i]["round_loss"].get<double>() - exact[i]["round_loss"].get<double>()));
+    const std::vector<float> params = all_floats(final_checkpoint(base / "a") / "model.safetensors");
+    ASSERT_EQ(params.size(), exact_params.size());
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < params.size(); ++i) {
+      diff += (params[i] - exact_params[i]) * static_cast<double>(params[i] - exact_params[i]);
+      norm += exact_params[i] * static_cast<double>(exact_params[i]);
+    }
+    const double relative = std::sqrt(diff / norm);
+    std::cout << codec << " " << pattern << " DiLoCo vs fp32 emulation: largest round-loss difference " << worst
+              << ", parameters " << relative << " (relative L2)\n";
+    EXPECT_LT(worst, 0.02) << codec;
+    EXPECT_LT(relative, 0.02) << codec;
+    EXPECT_GT(relative, 0.0) << codec << ": a lossy codec that changed nothing was not used";
+  }
+}
+
+// A stop inside a round (Ctrl-C) keeps the round's progress: the resumed run ends on the same
+// bytes as one that never stopped.
+TEST_F(DilocoTest, AStopInsideARoundResumesBitForBit) {
+  const fs::path base = dir("diloco_stop");
+  const std::vector<std::string> flags = {"--sync", "diloco", "--inner-steps", "5"};
+  const ProcessResult whole = run_process(tiny(base / "whole", flags));
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  std::vector<std::string> stopping = flags;
+  stopping.insert(stopping.end(), {"--stop-at-step", "7"});
+  const ProcessResult first = run_process(tiny(base / "stopped", stopping));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  ASSERT_TRUE(fs::exists(final_checkpoint(base / "stopped", 7))) << first.output;
+  const nlohmann::json state = nlohmann::json::parse(read_bytes(final_checkpoint(base / "stopped", 7) / "state.json"));
+  EXPECT_EQ(state["round"], 1);                  // round 2 was under way
+  EXPECT_GT(state["outer"]["round_tokens"], 0);  // with two inner steps done
+  const ProcessResult second = run_process(tiny(base / "stopped", flags));
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_TRUE(contains(second.output, "resumed from")) << second.output;
+  EXPECT_EQ(read_bytes(final_checkpoint(base / "stopped") / "model.safetensors"),
+            read_bytes(final_checkpoint(base / "whole") / "model.safetensors"));
+  EXPECT_EQ(tensor_bytes(final_checkpoint(base / "stopped") / "optimizer.safetensors", "outer.momentum"),
+            tensor_bytes(final_checkpoint(base / "whole") / "optimizer.safetensors", "outer.momentum"));
+}
+
+TEST_F(DilocoTest, BadRoundFlagsAreNamed) {
+  const fs::path base = dir("diloco_flags");
+  for (const auto& [flag, value, text] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"--sync", "local-sgd", "--sync: unknown mode 'local-sgd'"},
+           {"--inner-steps", "0", "--inner-steps: must be >= 1"},
+           {"--outer-momentum", "1", "--outer-momentum: must be in [0, 1)"},
+           {"--outer-lr", "0", "--outer-lr: must be > 0"}}) {
+    const ProcessResult r = run_process(tiny(base / "run", {"--sync", "diloco", flag, value}));
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_TRUE(contains(r.output, text)) << r.output;
+  }
+  EXPECT_FALSE(fs::exists(base / "run" / "checkpoints"));
+}
+
+}  // namespace
+}  // namespace gradbox::testing
