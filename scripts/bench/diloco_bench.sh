@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
 # DiLoCo rounds against per-step averaging, one run, side by side: four workers (micro-batch 8,
 # block 64, gpt2-tiny, AdamW 2e-3 with cosine) train on the demo corpus through the cloud-folder
-# simulator at equal tokens, and the table gives, per configuration, the bytes each worker
-# uploaded and downloaded in rounds (contributions, agreements, reduced shards) per million
-# tokens the run trained, the ratio to per-step fp32 all-gather, and the final validation loss
+# simulator at equal tokens, and the table gives, per configuration, the bytes of the rounds'
+# files (contributions, agreements, reduced shards) each worker uploaded and downloaded per
+# million tokens the run trained (not heartbeats, nor the step-0 checkpoint the founders fetch), the ratio to per-step fp32 all-gather, and the final validation loss
 # with its gap to per-step.
 #
 #   scripts/bench/diloco_bench.sh                     # all configurations, 2,000 steps each
 #   STEPS=400 CONFIGS="per-step-fp16 diloco-h50-int4" scripts/bench/diloco_bench.sh
 #
-# Per-step fp32 all-gather moves ~1.5 MB per worker per round; it runs SHORT_STEPS (200) steps,
-# for its bytes only (a per-step round always carries one gradient, so bytes per token do not
-# depend on the run's length); per-step fp16 sharded is the loss baseline. The binaries are
-# copied first, so a rebuild during the run does not change them.
+# Per-step rounds through the simulated folder take ~2 s each on 2 cores (eight processes), so
+# the per-step cluster runs are SHORT_STEPS (200) steps, for their bytes only: a per-step round
+# always carries one gradient, so its bytes per token do not depend on the run's length. The
+# per-step loss baseline is one process emulating the four workers (--emulate-workers), which
+# is per-step fp32 all-gather's arithmetic bit for bit (tests/cli/cluster_test.cpp). DiLoCo runs
+# are whole clusters for bytes and loss. The binaries are copied first, so a rebuild during the
+# run does not change them.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 scripts/setup.sh >/dev/null
@@ -21,7 +24,7 @@ OUT=${OUT:-out/diloco_bench}
 STEPS=${STEPS:-2000}
 SHORT_STEPS=${SHORT_STEPS:-200}
 WARMUP=${WARMUP:-500}
-CONFIGS=${CONFIGS:-"per-step-fp32-allgather per-step-fp16 diloco-h10-fp16 diloco-h20-fp16 diloco-h50-fp16 diloco-h50-int8 diloco-h50-int4 warmup-diloco-h20-fp16"}
+CONFIGS=${CONFIGS:-"per-step-fp32-allgather per-step-fp16 per-step-emulated diloco-h10-fp16 diloco-h20-fp16 diloco-h50-fp16 diloco-h50-int8 diloco-h50-int4 warmup-diloco-h20-fp16"}
 mkdir -p "$OUT/bin"
 cp build/bin/gradbox build/bin/gradbox-sync "$OUT/bin/"
 GRADBOX="$OUT/bin/gradbox"
@@ -36,11 +39,22 @@ fi
 # rounds would otherwise spend the benchmark waiting.
 SIM_ARGS="--poll-ms 10 --sim-delay-median-ms 10 --sim-delay-p90-ms 40"
 
+TRAIN_FLAGS=(--lr 2e-3 --min-lr 2e-4 --warmup-steps 50 --threads 1 --eval-batches 32 --log-interval 500
+             --checkpoint-interval 0)
+
 run_config() {
   local name=$1 steps=$STEPS codec=fp16 exchange=sharded sync=()
   case $name in
     per-step-fp32-allgather) steps=$SHORT_STEPS codec=fp32 exchange=all-gather ;;
-    per-step-fp16) ;;
+    per-step-fp16) steps=$SHORT_STEPS ;;
+    per-step-emulated)
+      local start=$SECONDS
+      rm -rf "$OUT/$name"
+      "$GRADBOX" train --data "$OUT/data" --out "$OUT/$name/a" --model gpt2-tiny --block-size 64 --micro-batch 8 \
+        --max-steps "$STEPS" --emulate-workers a:8,b:8,c:8,d:8 --eval-interval "$STEPS" "${TRAIN_FLAGS[@]}" \
+        > "$OUT/$name.log" 2>&1 || { echo "$name failed: see $OUT/$name.log" >&2; exit 1; }
+      echo "$name: $((SECONDS - start)) s"
+      return ;;
     diloco-h10-fp16) sync=(--sync diloco --inner-steps 10) ;;
     diloco-h20-fp16) sync=(--sync diloco --inner-steps 20) ;;
     diloco-h50-fp16) sync=(--sync diloco --inner-steps 50) ;;
@@ -52,8 +66,7 @@ run_config() {
   local start=$SECONDS
   WORKERS=a:8,b:8,c:8,d:8 STEPS=$steps MODEL=gpt2-tiny BLOCK=64 CODEC=$codec EXCHANGE=$exchange \
   GRADBOX="$GRADBOX" SIM_ARGS="$SIM_ARGS" \
-    scripts/cluster.sh "$OUT/data" "$OUT/$name" --lr 2e-3 --min-lr 2e-4 --warmup-steps 50 --threads 1 \
-    --eval-interval "$steps" --eval-batches 32 --log-interval 500 --checkpoint-interval 0 "${sync[@]}" \
+    scripts/cluster.sh "$OUT/data" "$OUT/$name" --eval-interval "$steps" "${TRAIN_FLAGS[@]}" "${sync[@]}" \
     > "$OUT/$name.log" 2>&1 || { echo "$name failed: see $OUT/$name.log" >&2; exit 1; }
   echo "$name: $((SECONDS - start)) s"
 }
@@ -71,7 +84,8 @@ for name in configs:
     for w in workers:
         s = json.load(open(os.path.join(run, w, "sync", "exchange", "stats.json")))
         up += s["round_bytes_written"]
-        down += s["round_bytes_read"]
+        down += s["round_bytes_read"]  # each round file once
+    workers = workers or ["(one process)"]
     metrics = [json.loads(l) for l in open(os.path.join(run, "a", "metrics.jsonl"))]
     tokens = max(r["tokens"] for r in metrics if "tokens" in r)  # all workers' tokens behind a's state
     val = [r["val_loss"] for r in metrics if "val_loss" in r]
@@ -79,11 +93,19 @@ for name in configs:
     rows[name] = dict(up=up / len(workers) / (tokens / 1e6), down=down / len(workers) / (tokens / 1e6),
                       val=val[-1] if val else float("nan"), steps=steps, tokens=tokens)
 base = rows.get("per-step-fp32-allgather")
-ref = rows.get("per-step-fp16")
+ref = rows.get("per-step-emulated")
 print(f"\n{'configuration':26s} {'steps':>6s} {'up MB/Mtok':>11s} {'down MB/Mtok':>13s} {'vs fp32 AG':>11s} {'val loss':>9s} {'vs per-step':>12s}")
 for name in configs:
     r = rows[name]
-    ratio = f"{(base['up'] + base['down']) / (r['up'] + r['down']):.0f}x less" if base and name != "per-step-fp32-allgather" else "1x"
-    gap = f"{100 * (r['val'] / ref['val'] - 1):+.1f}%" if ref and r["steps"] == ref["steps"] else "(bytes only)"
-    print(f"{name:26s} {r['steps']:6d} {r['up'] / 1e6:11.3f} {r['down'] / 1e6:13.3f} {ratio:>11s} {r['val']:9.4f} {gap:>12s}")
+    moved = r["up"] + r["down"]
+    if name == "per-step-emulated":
+        up, down, ratio = "-", "-", "(no folder)"
+    else:
+        up, down = f"{r['up'] / 1e6:.3f}", f"{r['down'] / 1e6:.3f}"
+        ratio = f"{(base['up'] + base['down']) / moved:.0f}x less" if base and name != "per-step-fp32-allgather" else "1x"
+    if ref and r["steps"] == ref["steps"]:
+        val, gap = f"{r['val']:.4f}", f"{100 * (r['val'] / ref['val'] - 1):+.1f}%"
+    else:
+        val, gap = "-", "(bytes only)"
+    print(f"{name:26s} {r['steps']:6d} {up:>11s} {down:>13s} {ratio:>11s} {val:>9s} {gap:>12s}")
 PY

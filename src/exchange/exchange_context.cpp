@@ -93,12 +93,19 @@ std::optional<wire::WireFile> ExchangeContext::read_checked(const std::string& r
     wire::WireFile file = wire::parse(*bytes, mirror.where(rel));
     wire::check_identity(file.header, config.run_id, config.model_fingerprint, mirror.where(rel));
     stats.bytes_read += bytes->size();
-    if (rel.starts_with(kRoundsDirPrefix)) stats.round_bytes_read += bytes->size();
+    if (rel.starts_with(kRoundsDirPrefix)) count_round_read(rel, bytes->size());
     return file;
   } catch (const std::exception& e) {
     reject(rel, e.what());
     return std::nullopt;
   }
+}
+
+void ExchangeContext::count_round_read(const std::string& rel, size_t bytes) {
+  const std::string folder = rel.substr(0, rel.find('/', std::string(kRoundsDirPrefix).size()));
+  if (!round_reads_[folder].insert(rel).second) return;
+  stats.round_bytes_read += bytes;
+  while (round_reads_.size() > kRoundsCounted) round_reads_.erase(round_reads_.begin());  // names sort by round
 }
 
 void ExchangeContext::reject(const std::string& rel, const std::string& reason) {

@@ -5,6 +5,7 @@
 // Uses protobuf (wire); torch-free.
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -27,8 +28,8 @@ struct ExchangeStats {
   uint64_t skipped_rounds = 0;
   uint64_t bytes_written = 0;
   uint64_t bytes_read = 0;
-  // Of those, the rounds' files (contributions, agreements, reduced shards): what a round costs,
-  // without heartbeats and run configs (checkpoint parts are counted by neither).
+  // Of those, the rounds' files (contributions, agreements, reduced shards), each once: what a
+  // round costs, without heartbeats and run configs (checkpoint parts are counted by neither).
   uint64_t round_bytes_written = 0;
   uint64_t round_bytes_read = 0;
   uint64_t agreements_published = 0;
@@ -112,6 +113,11 @@ class ExchangeContext {
   log::Logger logger_;
   std::deque<std::pair<int64_t, uint64_t>> uploads_;  // (unix ms, bytes) of the last 24 h
   std::set<std::string> rejected_;
+  // Round files already counted in round_bytes_read (a contribution is read to check it, then
+  // to decode it), by round folder; only the newest kRoundsCounted folders are kept.
+  void count_round_read(const std::string& rel, size_t bytes);
+  static constexpr size_t kRoundsCounted = 32;
+  std::map<std::string, std::set<std::string>> round_reads_;
   uint64_t listings_ = 0;
   double listings_read_at_ = -1e300;
   double listings_grew_at_ = -1e300;
