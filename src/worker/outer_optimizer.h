@@ -27,8 +27,17 @@
 // round (a stop): they hold θ_g, m, the inner state and the round's tokens so far, and the
 // worker resumes the round where it was. Only checkpoints at a round's end go to the folder.
 //
-// A round in which some contributor's Δ was non-finite is skipped by every replica: θ_local
-// goes back to θ_g and the round's inner steps are lost (the per-step rule, one round wide).
+// A round in which some contributor's Δ was non-finite, or that nobody contributed to, is
+// skipped by every replica: θ_local goes back to θ_g and the round's inner steps are lost (the
+// per-step rule, one round wide; an outer step on an empty Δ would move θ_g by momentum alone).
+//
+// Deadlines do not scale with H. An owner's wait for a missing Δ runs from its own
+// contribution, so it covers the spread of the workers' finish times plus the folder's lag,
+// and adapts to what it observes (--deadline-floor .. --contribution-timeout): the ceiling is
+// the slack one slow worker may cost the others per round. Members stay live between rounds
+// (GradientExchange::between_rounds publishes heartbeats during the inner steps), and a
+// follower waiting out a long round gives up only once nobody has been live for
+// --give-up-timeout.
 #include <torch/torch.h>
 
 namespace gradbox::worker {
