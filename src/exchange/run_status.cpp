@@ -171,7 +171,7 @@ std::string format_run_status(const RunStatus& status) {
   }
   out += "newest round folder: " + (status.newest_round ? std::to_string(status.newest_round) : std::string("none")) + "\n";
   if (status.checkpoint) {
-    std::snprintf(line, sizeof line, "checkpoint: step %llu by %s (%.1f MB, %.0f s ago)\n",
+    std::snprintf(line, sizeof line, "checkpoint: after round %llu, by %s (%.1f MB, %.0f s ago)\n",
                   static_cast<unsigned long long>(status.checkpoint->step), status.checkpoint->publisher.c_str(),
                   static_cast<double>(status.checkpoint->bytes) / 1e6, status.checkpoint->age_s);
     out += line;

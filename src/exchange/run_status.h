@@ -30,7 +30,7 @@ struct MemberStatus {
 // The newest checkpoint manifest that verifies (Note [Folder checkpoints]); its parts may
 // still be on their way to a mirror, where they are fetched on demand.
 struct CheckpointStatus {
-  uint64_t step = 0;
+  uint64_t step = 0;  // the rounds it holds (its manifest's step: per-step runs count one round a step)
   std::string publisher;
   uint64_t bytes = 0;  // total of its files
   double age_s = 0;    // since the manifest was written (writer's clock)

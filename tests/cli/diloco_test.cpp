@@ -170,6 +170,12 @@ TEST_F(DilocoTest, ThreeWorkersFp32MatchOneProcessEmulatingThemBitForBit) {
   for (const auto& entry : fs::directory_iterator(base / "shared" / "checkpoints"))
     round_keyed |= entry.path().filename().string().starts_with("s00000004-");
   EXPECT_TRUE(round_keyed);
+  // `gradbox status` shows the mode, the rounds, the steps behind them and the bytes per token.
+  const ProcessResult status = run_process({kBinary, "status", "--shared", (base / "shared").string()});
+  ASSERT_EQ(status.exit_code, 0) << status.output;
+  EXPECT_TRUE(contains(status.output, "sync: diloco H=5 ")) << status.output;
+  EXPECT_TRUE(contains(status.output, "        4       20 ")) << status.output;  // round 4, step 20
+  EXPECT_TRUE(contains(status.output, "bytes per token trained")) << status.output;
   // Training happened: the union's loss fell.
   const std::vector<nlohmann::json> losses = records(reference, "round_loss");
   ASSERT_EQ(losses.size(), 4u);

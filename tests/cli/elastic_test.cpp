@@ -178,7 +178,7 @@ TEST_F(ElasticTest, SigtermLeavesCleanlyAndTheOthersGoOn) {
   ProcessResult status = run_process({kBinary, "status", "--shared", (base / "shared").string()});
   ASSERT_EQ(status.exit_code, 0) << status.output;
   EXPECT_TRUE(contains(status_line(status.output, "b"), "left")) << status.output;
-  EXPECT_TRUE(contains(status.output, "checkpoint: step 24")) << status.output;
+  EXPECT_TRUE(contains(status.output, "checkpoint: after round 24,")) << status.output;
 }
 
 TEST_F(ElasticTest, AllWorkersDieAndOneRestartResumesTheRun) {

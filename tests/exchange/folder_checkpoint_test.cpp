@@ -509,7 +509,7 @@ TEST(FolderCheckpoint, StatusShowsTheNewestVerifiedManifest) {
   EXPECT_EQ(status.checkpoint->bytes, list_folder_checkpoints(ma, kRun).at(0).bytes);
   EXPECT_LT(status.checkpoint->age_s, 60);
   const std::string text = format_run_status(status);
-  EXPECT_NE(text.find("checkpoint: step 200 by a (0.0 MB, "), std::string::npos) << text;
+  EXPECT_NE(text.find("checkpoint: after round 200, by a (0.0 MB, "), std::string::npos) << text;
   fs::remove_all(root);
 }
 
