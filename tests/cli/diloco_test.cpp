@@ -218,6 +218,28 @@ TEST_F(DilocoTest, QuantisedDeltasKeepReplicasIdenticalAndStayNearFp32) {
   }
 }
 
+// --sync-warmup-steps: per-step rounds first (the same run as --sync gradient up to there),
+// then DiLoCo rounds counted on from the per-step ones.
+TEST_F(DilocoTest, WarmUpStepsArePerStepRoundsAndDiLoCoRoundsFollow) {
+  const fs::path base = dir("diloco_warmup");
+  const std::vector<std::string> union_flags = {"--emulate-workers", "a:4,b:2,c:3"};
+  std::vector<std::string> warm = union_flags;
+  warm.insert(warm.end(), {"--sync", "diloco", "--inner-steps", "5", "--sync-warmup-steps", "10"});
+  ASSERT_EQ(run_process(tiny(base / "per_step", union_flags)).exit_code, 0);
+  const ProcessResult r = run_process(tiny(base / "warm", warm));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::vector<nlohmann::json> per_step = records(base / "per_step", "loss");
+  const std::vector<nlohmann::json> warmed = records(base / "warm", "loss");
+  ASSERT_EQ(per_step.size(), warmed.size());
+  for (size_t i = 0; i < 10; ++i) EXPECT_EQ(per_step[i]["loss"], warmed[i]["loss"]) << "step " << i + 1;
+  EXPECT_NE(per_step[12]["loss"], warmed[12]["loss"]);  // DiLoCo from step 11 on
+  const std::vector<nlohmann::json> rounds = records(base / "warm", "round");
+  ASSERT_EQ(rounds.size(), 2u);  // steps 11-15 and 16-20
+  EXPECT_EQ(rounds[0]["round"], 11);
+  EXPECT_EQ(rounds[0]["step"], 15);
+  EXPECT_EQ(rounds[1]["step"], 20);
+}
+
 // A stop inside a round (Ctrl-C) keeps the round's progress: the resumed run ends on the same
 // bytes as one that never stopped.
 TEST_F(DilocoTest, AStopInsideARoundResumesBitForBit) {
