@@ -14,8 +14,10 @@
 # always carries one gradient, so its bytes per token do not depend on the run's length. The
 # per-step loss baseline is one process emulating the four workers (--emulate-workers), which
 # is per-step fp32 all-gather's arithmetic bit for bit (tests/cli/cluster_test.cpp). DiLoCo runs
-# are whole clusters for bytes and loss. The binaries are copied first, so a rebuild during the
-# run does not change them.
+# are whole clusters for bytes and loss; emulated-diloco-h20 and emulated-warmup-diloco-h20 are
+# their fp32 arithmetic in one process, for the loss alone (the warm-up's 500 per-step rounds
+# through the folder would take ~15 min). The binaries are copied first, so a rebuild during
+# the run does not change them.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 scripts/setup.sh >/dev/null
@@ -26,7 +28,7 @@ SHORT_STEPS=${SHORT_STEPS:-200}
 WARMUP=${WARMUP:-500}
 CONFIGS=${CONFIGS:-"per-step-fp32-allgather per-step-fp16 per-step-emulated diloco-h10-fp16 diloco-h20-fp16 diloco-h50-fp16 diloco-h50-int8 diloco-h50-int4 warmup-diloco-h20-fp16"}
 mkdir -p "$OUT/bin"
-cp build/bin/gradbox build/bin/gradbox-sync "$OUT/bin/"
+[ -n "${TABLE_ONLY:-}" ] || cp build/bin/gradbox build/bin/gradbox-sync "$OUT/bin/"
 GRADBOX="$OUT/bin/gradbox"
 
 if [ ! -f "$OUT/data/meta.json" ]; then
@@ -42,19 +44,27 @@ SIM_ARGS="--poll-ms 10 --sim-delay-median-ms 10 --sim-delay-p90-ms 40"
 TRAIN_FLAGS=(--lr 2e-3 --min-lr 2e-4 --warmup-steps 50 --threads 1 --eval-batches 32 --log-interval 500
              --checkpoint-interval 0)
 
+# One process emulating the four workers (--emulate-workers): their cluster's fp32 arithmetic.
+emulate() {
+  local name=$1 start=$SECONDS
+  shift
+  rm -rf "$OUT/$name"
+  "$GRADBOX" train --data "$OUT/data" --out "$OUT/$name/a" --model gpt2-tiny --block-size 64 --micro-batch 8 \
+    --max-steps "$STEPS" --emulate-workers a:8,b:8,c:8,d:8 --eval-interval "$STEPS" "${TRAIN_FLAGS[@]}" "$@" \
+    > "$OUT/$name.log" 2>&1 || { echo "$name failed: see $OUT/$name.log" >&2; exit 1; }
+  echo "$name: $((SECONDS - start)) s"
+}
+
 run_config() {
   local name=$1 steps=$STEPS codec=fp16 exchange=sharded sync=()
   case $name in
     per-step-fp32-allgather) steps=$SHORT_STEPS codec=fp32 exchange=all-gather ;;
     per-step-fp16) steps=$SHORT_STEPS ;;
-    per-step-emulated)
-      local start=$SECONDS
-      rm -rf "$OUT/$name"
-      "$GRADBOX" train --data "$OUT/data" --out "$OUT/$name/a" --model gpt2-tiny --block-size 64 --micro-batch 8 \
-        --max-steps "$STEPS" --emulate-workers a:8,b:8,c:8,d:8 --eval-interval "$STEPS" "${TRAIN_FLAGS[@]}" \
-        > "$OUT/$name.log" 2>&1 || { echo "$name failed: see $OUT/$name.log" >&2; exit 1; }
-      echo "$name: $((SECONDS - start)) s"
-      return ;;
+    per-step-emulated) emulate "$name"; return ;;
+    # The cluster's fp32 arithmetic in one process (loss only): cheap rows where the folder
+    # would only cost time, such as hundreds of per-step warm-up rounds.
+    emulated-diloco-h20) emulate "$name" --sync diloco --inner-steps 20; return ;;
+    emulated-warmup-diloco-h20) emulate "$name" --sync diloco --inner-steps 20 --sync-warmup-steps "$WARMUP"; return ;;
     diloco-h10-fp16) sync=(--sync diloco --inner-steps 10) ;;
     diloco-h20-fp16) sync=(--sync diloco --inner-steps 20) ;;
     diloco-h50-fp16) sync=(--sync diloco --inner-steps 50) ;;
@@ -71,7 +81,8 @@ run_config() {
   echo "$name: $((SECONDS - start)) s"
 }
 
-for config in $CONFIGS; do run_config "$config"; done
+# TABLE_ONLY=1: the table over runs already in $OUT (for example ones made by several calls).
+[ -n "${TABLE_ONLY:-}" ] || for config in $CONFIGS; do run_config "$config"; done
 
 .venv/bin/python - "$OUT" $CONFIGS <<'PY'
 import json, os, sys
@@ -98,7 +109,7 @@ print(f"\n{'configuration':26s} {'steps':>6s} {'up MB/Mtok':>11s} {'down MB/Mtok
 for name in configs:
     r = rows[name]
     moved = r["up"] + r["down"]
-    if name == "per-step-emulated":
+    if name.endswith("emulated") or name.startswith("emulated-"):
         up, down, ratio = "-", "-", "(no folder)"
     else:
         up, down = f"{r['up'] / 1e6:.3f}", f"{r['down'] / 1e6:.3f}"
