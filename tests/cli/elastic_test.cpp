@@ -122,6 +122,15 @@ class ElasticTest : public CliTest {
     return read_bytes(final_checkpoint(base / name, steps) / "model.safetensors");
   }
 
+  // The whole run dies: a and b killed with SIGKILL once a has applied `round`.
+  static void kill_both_once_a_reaches(const fs::path& base, pid_t a, pid_t b, int round) {
+    ASSERT_TRUE(wait_for([&] { return round_of(base, "a") >= round; })) << logs(base, "a");
+    kill(a, SIGKILL);
+    kill(b, SIGKILL);
+    EXPECT_EQ(wait_process(a), 128 + SIGKILL);
+    EXPECT_EQ(wait_process(b), 128 + SIGKILL);
+  }
+
   static std::vector<nlohmann::json> records(const fs::path& run, const char* key) {
     std::vector<nlohmann::json> out;
     for (const nlohmann::json& r : read_metrics(run))
@@ -186,11 +195,7 @@ TEST_F(ElasticTest, AllWorkersDieAndOneRestartResumesTheRun) {
   Options o = with(26, "a,b");
   const pid_t a = start(base, "a", o);
   const pid_t b = start(base, "b", o);
-  ASSERT_TRUE(wait_for([&] { return round_of(base, "a") >= 12; })) << logs(base, "a");
-  kill(a, SIGKILL);
-  kill(b, SIGKILL);
-  EXPECT_EQ(wait_process(a), 128 + SIGKILL);
-  EXPECT_EQ(wait_process(b), 128 + SIGKILL);
+  ASSERT_NO_FATAL_FAILURE(kill_both_once_a_reaches(base, a, b, 12));
   const pid_t b2 = start(base, "b", o);
   ASSERT_EQ(wait_process(b2), 0) << logs(base, "b");
   const std::string log_b = logs(base, "b");
@@ -395,11 +400,7 @@ TEST_F(ElasticTest, AllDiLoCoWorkersDieAndOneRestartResumesTheRun) {
   Options o = with(32, "a,b", {"--sync", "diloco", "--inner-steps", "4"});
   const pid_t a = start(base, "a", o);
   const pid_t b = start(base, "b", o);
-  ASSERT_TRUE(wait_for([&] { return round_of(base, "a") >= 3; })) << logs(base, "a");
-  kill(a, SIGKILL);
-  kill(b, SIGKILL);
-  EXPECT_EQ(wait_process(a), 128 + SIGKILL);
-  EXPECT_EQ(wait_process(b), 128 + SIGKILL);
+  ASSERT_NO_FATAL_FAILURE(kill_both_once_a_reaches(base, a, b, 3));
   const pid_t b2 = start(base, "b", o);
   ASSERT_EQ(wait_process(b2), 0) << logs(base, "b");
   const std::string log_b = logs(base, "b");
