@@ -63,8 +63,22 @@ run_config() {
     per-step-emulated) emulate "$name"; return ;;
     # The cluster's fp32 arithmetic in one process (loss only): cheap rows where the folder
     # would only cost time, such as hundreds of per-step warm-up rounds.
-    emulated-diloco-h20) emulate "$name" --sync diloco --inner-steps 20; return ;;
-    emulated-warmup-diloco-h20) emulate "$name" --sync diloco --inner-steps 20 --sync-warmup-steps "$WARMUP"; return ;;
+    # emulated-[warmup-]diloco-h<H>[-olr<outer lr>][-om<outer momentum>], e.g.
+    # emulated-warmup-diloco-h20-olr0.5-om0.8: the outer step's sweep.
+    emulated-*diloco-h*)
+      local flags=(--sync diloco) part parts
+      IFS=- read -ra parts <<< "${name#emulated-}"
+      for part in "${parts[@]}"; do
+        case $part in
+          diloco) ;;
+          warmup) flags+=(--sync-warmup-steps "$WARMUP") ;;
+          h*) flags+=(--inner-steps "${part#h}") ;;
+          olr*) flags+=(--outer-lr "${part#olr}") ;;
+          om*) flags+=(--outer-momentum "${part#om}") ;;
+          *) echo "unknown part $part of configuration $name" >&2; exit 2 ;;
+        esac
+      done
+      emulate "$name" "${flags[@]}"; return ;;
     diloco-h10-fp16) sync=(--sync diloco --inner-steps 10) ;;
     diloco-h20-fp16) sync=(--sync diloco --inner-steps 20) ;;
     diloco-h50-fp16) sync=(--sync diloco --inner-steps 50) ;;

@@ -256,6 +256,9 @@ void add_train_command(CLI::App& app) {
   flags->add("--outer-momentum", &worker::TrainConfig::outer_momentum, "DiLoCo: Nesterov momentum of the outer step");
   flags->add("--sync-warmup-steps", &worker::TrainConfig::sync_warmup_steps,
              "DiLoCo: per-step gradient rounds before the first DiLoCo round");
+  flags->add("--round-seconds", &worker::TrainConfig::round_seconds,
+             "Time-boxed rounds: compute as much of a round as fits in this time (DiLoCo: up to --inner-steps "
+             "steps; per-step: up to --grad-accum micro-batches); 0: fixed rounds");
   auto shared = std::make_shared<SharedFlags>();
   add_shared_flags(cmd, *shared);
 

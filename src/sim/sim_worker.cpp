@@ -170,15 +170,22 @@ void run_sim_worker(const SimWorkerSpec& spec, mirror::Mirror& mirror, mirror::C
   std::vector<float> inner(spec.parameters);
   bool perturbed = false;
   // DiLoCo: inner SGD steps from the global parameters; grad becomes the delta global - inner.
+  // Returns the steps taken: all of them, or (time-boxed) as many as fit, as the trainer does.
   auto inner_steps = [&](uint64_t round) {
     inner = local.params;
-    for (int h = 0; h < spec.inner_steps; ++h) {
-      toy_gradient(spec.name, round * 1000 + static_cast<uint64_t>(h), inner, grad);
+    const double opened = clock.now_s();
+    int taken = 0;
+    while (taken < spec.inner_steps) {
+      toy_gradient(spec.name, round * 1000 + static_cast<uint64_t>(taken), inner, grad);
       clock.sleep_s(spec.compute_s);
       for (size_t i = 0; i < inner.size(); ++i) inner[i] -= static_cast<float>(spec.lr) * grad[i];
-      exchange->between_rounds((round - 1) * static_cast<uint64_t>(spec.inner_steps) + static_cast<uint64_t>(h) + 1);
+      ++taken;
+      exchange->between_rounds((round - 1) * static_cast<uint64_t>(spec.inner_steps) + static_cast<uint64_t>(taken));
+      const double elapsed = clock.now_s() - opened;
+      if (spec.round_seconds > 0 && elapsed + elapsed / taken > spec.round_seconds) break;
     }
     for (size_t i = 0; i < inner.size(); ++i) grad[i] = local.params[i] - inner[i];
+    return taken;
   };
   auto outer_step = [&] {
     const float mu = static_cast<float>(spec.outer_momentum), lr = static_cast<float>(spec.outer_lr);
@@ -192,10 +199,12 @@ void run_sim_worker(const SimWorkerSpec& spec, mirror::Mirror& mirror, mirror::C
       const uint64_t round = local.step + 1;
       const bool contributes = exchange->will_contribute(round);
       exchange::LocalContribution mine;
+      int taken = 0;
       if (contributes && diloco) {
-        inner_steps(round);
-        mine = {spec.tokens_per_round * static_cast<uint64_t>(spec.inner_steps), 1.0, false};
+        taken = inner_steps(round);
+        mine = {spec.tokens_per_round * static_cast<uint64_t>(taken), 1.0, false};
       } else if (contributes) {
+        taken = 1;
         toy_gradient(spec.name, round, local.params, grad);
         clock.sleep_s(spec.compute_s);
         mine = {spec.tokens_per_round, 1.0, false};
@@ -218,7 +227,8 @@ void run_sim_worker(const SimWorkerSpec& spec, mirror::Mirror& mirror, mirror::C
       }
       const std::vector<float> state = local.state();
       exchange->after_update(round, state.data(), state.size());
-      observer.applied({spec.name, round, checksum_of(state), contributes});
+      observer.applied({spec.name, round, checksum_of(state), contributes, taken, result.wait_seconds,
+                       result.contributors});
       if (spec.checkpoint_interval > 0 && round % static_cast<uint64_t>(spec.checkpoint_interval) == 0) checkpoint();
     }
   };

@@ -37,6 +37,9 @@ struct SimWorkerSpec {
   int inner_steps = 1;
   double outer_lr = 0.7;
   double outer_momentum = 0.9;
+  // > 0: time-boxed DiLoCo rounds (Note [Time-boxed rounds] in worker/outer_optimizer.h): up to
+  // inner_steps steps, as many as fit in this many virtual seconds (at least one).
+  double round_seconds = 0;
   // Fault injection: after this round the replica's parameters are nudged once, as a silent
   // divergence (a bad GPU, a flipped bit) would (0: never).
   uint64_t perturb_after_round = 0;
@@ -51,6 +54,9 @@ class SimObserver {
     uint64_t round;
     uint64_t checksum;  // of the parameters after the round
     bool contributed;
+    int inner_steps = 0;      // the steps behind its contribution (0 when it only followed)
+    double wait_s = 0;        // the round's RoundResult::wait_seconds
+    int contributors = 0;     // whose contributions the round's average holds
   };
   void applied(const Applied& a);
   void resynced(const std::string& worker, uint64_t round);

@@ -30,6 +30,11 @@ bool Trainer::round_ends_after_step(int64_t step) const {
   return step == config_.max_steps || (step - config_.sync_warmup_steps) % config_.inner_steps == 0;
 }
 
+int64_t Trainer::round_end_after(int64_t step) const {
+  const int64_t rounds_before = (step - config_.sync_warmup_steps) / config_.inner_steps;
+  return std::min(config_.max_steps, config_.sync_warmup_steps + (rounds_before + 1) * config_.inner_steps);
+}
+
 bool Trainer::mid_round() const {
   return in_diloco_phase() && step_ > config_.sync_warmup_steps && !round_ends_after_step(step_);
 }
@@ -60,6 +65,10 @@ double Trainer::diloco_step(double lr) {
   const bool contributes = !exchange_ || exchange_->will_contribute(round);
   LocalGradient local{std::numeric_limits<double>::quiet_NaN(), 0};
   if (contributes) {
+    // The box opens at this worker's first inner step of the round (a resumed or late-admitted
+    // worker's too: it has its own full box).
+    if (round_box_of_ != round) round_box_of_ = round, round_box_opened_ = std::chrono::steady_clock::now();
+    ++round_inner_steps_;
     if (!emulated_.empty()) {
       local = emulated_inner_step(lr);
     } else {
@@ -70,7 +79,17 @@ double Trainer::diloco_step(double lr) {
     round_loss_sum_ += local.loss * static_cast<double>(local.tokens);
   }
   if (exchange_) exchange_->between_rounds(static_cast<uint64_t>(step_ + 1));
-  if (round_ends_after_step(step_ + 1)) outer_round(round);
+  const bool box_closed = contributes && config_.round_seconds > 0 && !round_ends_after_step(step_ + 1) &&
+                          !another_fits(round_box_opened_, round_inner_steps_);
+  if (box_closed) {
+    // The round's other nominal steps are not taken: the schedule, the run's length and the
+    // checkpoints count nominal steps, so every worker is at the same step after the round.
+    const int64_t end = round_end_after(step_);
+    logger().info(str("round ", round, ": ", round_inner_steps_, " inner step(s) fit in --round-seconds ",
+                      config_.round_seconds, "; steps ", step_ + 2, "-", end, " are not taken"));
+    step_advance_ = end - step_;
+  }
+  if (box_closed || round_ends_after_step(step_ + 1)) outer_round(round);
   return local.loss;
 }
 
@@ -163,13 +182,15 @@ void Trainer::outer_round(uint64_t round) {
   }
   round_ = static_cast<int64_t>(round);
   if (!skip)
-    logger().info(str("round ", round, " (steps to ", step_ + 1, "): outer step on the delta of ", result.contributors,
+    logger().info(str("round ", round, " (steps to ", step_ + step_advance_, "): outer step on the delta of ", result.contributors,
                       " worker(s), ", result.tokens, " tokens, round loss ", format_number(result.loss, "%.4f"),
                       ", waited ", format_number(result.wait_seconds, "%.2f"), " s"));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  metrics_->write({{"step", step_ + 1}, {"round", round}, {"round_loss", result.loss},
+  metrics_->write({{"step", step_ + step_advance_}, {"round", round}, {"round_loss", result.loss},
                    {"round_tokens", result.tokens}, {"contributors", result.contributors},
-                   {"round_seconds", seconds}, {"wait_seconds", result.wait_seconds}});
+                   {"inner_steps", round_inner_steps_}, {"round_seconds", seconds},
+                   {"wait_seconds", result.wait_seconds}});
+  round_inner_steps_ = 0;
   if (exchange_ && !skip) {
     const torch::Tensor state = replica_state();
     exchange_->after_update(round, state.data_ptr<float>(), static_cast<size_t>(state.numel()));

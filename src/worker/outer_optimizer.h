@@ -38,6 +38,27 @@
 // (GradientExchange::between_rounds publishes heartbeats during the inner steps), and a
 // follower waiting out a long round gives up only once nobody has been live for
 // --give-up-timeout.
+//
+// Note [Time-boxed rounds]
+// With --round-seconds S a worker computes as much of a round as fits in S seconds, so that a
+// slow worker does not set the pace: each worker's box opens at its first unit of the round and
+// it takes another unit while one more, as long as the mean so far, still ends inside the box
+// (at least one unit). A DiLoCo unit is an inner step, up to H of them; a per-step unit is a
+// micro-batch, up to --grad-accum of them (hivemind's target batch, per worker). Every worker
+// then publishes about S after the round began, and the others wait on a slow one only for the
+// spread of their finish times (about one of its units) plus the folder's lag.
+// - The average is still token-weighted, which is now what makes it right: a worker with n
+//   steps hands in a Δ of n steps' progress weighted by n steps' tokens, so Δ̄ is the mean
+//   progress per token, and a slow worker's short Δ counts for what it computed, no more.
+//   A per-step gradient is the mean over the micro-batches taken, weighted by their tokens.
+// - The schedule counts nominal steps: a DiLoCo round is H steps long whatever a worker took
+//   in it, its inner step k runs at the learning rate of the round's step k, and a round that
+//   closes early skips the rest of its nominal steps. --max-steps, checkpoints and live control
+//   keep their meaning (in rounds), and replicas agree on the step after every round. The slow
+//   worker takes the schedule's first steps of each round only; its steps are few and small.
+// - Tokens per round vary with speed, so the effective batch, and with it the right learning
+//   rate, changes when workers join or leave; the box does not retune the learning rate.
+// A box restarts on resume and at a late admission: such a worker's Δ comes up to S late.
 #include <torch/torch.h>
 
 namespace gradbox::worker {

@@ -1,6 +1,7 @@
 #include "worker/train_config.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "common/error.h"
 
@@ -82,6 +83,17 @@ void TrainConfig::validate() const {
   GB_REQUIRE(outer_lr > 0, "--outer-lr: must be > 0, got ", outer_lr);
   GB_REQUIRE(sync_warmup_steps >= 0, "--sync-warmup-steps: must be >= 0, got ", sync_warmup_steps);
   GB_REQUIRE(outer_momentum >= 0 && outer_momentum < 1, "--outer-momentum: must be in [0, 1), got ", outer_momentum);
+  GB_REQUIRE(std::isfinite(round_seconds) && round_seconds >= 0, "--round-seconds: must be >= 0, got ", round_seconds);
+  if (round_seconds > 0) {
+    // The box ends a round early; with room for one unit only it would never do anything.
+    if (sync == SyncMode::diloco)
+      GB_REQUIRE(inner_steps >= 2, "--round-seconds: with --sync diloco a round takes up to --inner-steps steps; give "
+                                   "--inner-steps the most a round may take (more than 1)");
+    else
+      GB_REQUIRE(grad_accum >= 2, "--round-seconds: per-step rounds accumulate up to --grad-accum micro-batches; give "
+                                  "--grad-accum the most a round may take (more than 1)");
+    GB_REQUIRE(emulate_workers.empty(), "--round-seconds: not with --emulate-workers (the emulation has no clock)");
+  }
 }
 
 std::vector<EmulatedWorker> parse_emulated_workers(const std::string& spec) {
@@ -147,6 +159,7 @@ nlohmann::json TrainConfig::to_json() const {
       {"outer_momentum", outer_momentum},
       {"outer_nesterov", outer_nesterov},
       {"sync_warmup_steps", sync_warmup_steps},
+      {"round_seconds", round_seconds},
   };
 }
 
@@ -202,6 +215,7 @@ TrainConfig TrainConfig::from_json(const nlohmann::json& j, const std::string& w
   get("outer_momentum", c.outer_momentum);
   get("outer_nesterov", c.outer_nesterov);
   get("sync_warmup_steps", c.sync_warmup_steps);
+  get("round_seconds", c.round_seconds);
   return c;
 }
 

@@ -72,6 +72,11 @@ struct TrainConfig {
   double outer_momentum = 0.9;
   bool outer_nesterov = true;
   int64_t sync_warmup_steps = 0;  // diloco: per-step gradient rounds first (DiLoCo starts from a data-parallel state)
+  // > 0: time-boxed rounds (Note [Time-boxed rounds] in worker/outer_optimizer.h). Each worker
+  // computes as much of a round as fits in this many seconds (at least one micro-batch or inner
+  // step): DiLoCo takes up to inner_steps inner steps, per-step rounds up to grad_accum
+  // micro-batches, so that a slow worker does not set the pace.
+  double round_seconds = 0;
 
   void validate() const;  // throws InputError naming the flag
   nlohmann::json to_json() const;

@@ -29,6 +29,12 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+// Whether going from step `before` to `after` passed a multiple of `every` (a time-boxed DiLoCo
+// round moves several steps at once).
+bool passed_multiple(int64_t before, int64_t after, int64_t every) {
+  return after / every > before / every;
+}
+
 std::string format_duration(double seconds) {
   const auto total = static_cast<int64_t>(seconds + 0.5);
   if (total >= 3600) return str(total / 3600, "h", (total % 3600) / 60, "m");
@@ -161,6 +167,8 @@ void Trainer::restore(const std::filesystem::path& dir, const model::ModelConfig
     else outer_->momentum().zero_();
     round_tokens_ = ckpt.outer ? ckpt.outer->round_tokens : 0;
     round_loss_sum_ = ckpt.outer ? ckpt.outer->round_loss_sum : 0.0;
+    round_inner_steps_ = 0;
+    round_box_of_ = 0;  // a resumed round opens a new box
   }
   restore_rng(ckpt);  // last: model construction above consumed random numbers
   pending_controls_.clear();
@@ -192,11 +200,19 @@ void Trainer::apply_due_control(uint64_t round) {
   metrics_->write({{"step", step_ + 1}, {"control", nlohmann::json::parse(control_json_)}});
 }
 
+bool Trainer::another_fits(Clock::time_point start, int64_t done) const {
+  const double elapsed = seconds_since(start);
+  return elapsed + elapsed / static_cast<double>(done) <= config_.round_seconds;
+}
+
 Trainer::LocalGradient Trainer::compute_gradient(const BatchSampler& sampler, int64_t micro_batch) {
   flat_->zero_grad();
-  const int64_t accum = config_.grad_accum;
+  const int64_t accum = config_.grad_accum;  // time-boxed per-step rounds: the most they take
+  const bool boxed = config_.round_seconds > 0 && config_.sync == SyncMode::gradient;
+  const auto start = Clock::now();
   double loss_sum = 0.0;
-  for (int64_t micro = 0; micro < accum; ++micro) {
+  int64_t micro = 0;
+  while (micro < accum) {
     Batch batch = sampler.batch(step_ * accum + micro, micro_batch);
     torch::Tensor inputs = batch.inputs.to(runtime_.device);
     torch::Tensor targets = batch.targets.to(runtime_.device);
@@ -207,8 +223,13 @@ Trainer::LocalGradient Trainer::compute_gradient(const BatchSampler& sampler, in
     }
     loss_sum += loss.item<double>();
     (loss * (loss_scale_ / static_cast<double>(accum))).backward();
+    ++micro;
+    if (boxed && !another_fits(start, micro)) break;
   }
-  return {loss_sum / static_cast<double>(accum), static_cast<uint64_t>(accum * micro_batch * sampler.block_size())};
+  // The mean over the micro-batches taken; the exchange weights it by their tokens.
+  if (micro < accum) flat_->grads().mul_(static_cast<double>(accum) / static_cast<double>(micro));
+  micro_batches_ = micro;
+  return {loss_sum / static_cast<double>(micro), static_cast<uint64_t>(micro * micro_batch * sampler.block_size())};
 }
 
 Trainer::LocalGradient Trainer::emulated_gradient() {
@@ -451,11 +472,14 @@ TrainSummary Trainer::run(const StopPredicate& should_stop) {
       const double loss = train_step(lr);
       if (reloaded_) {  // the step went back to the agreed state's
         reloaded_ = false;
+        step_advance_ = 1;
         continue;
       }
       if (gradient_round) ++round_;
       const int64_t step_tokens = tokens_ - tokens_before;  // all workers' when exchanging
-      ++step_;
+      const int64_t step_before = step_;
+      step_ += step_advance_;
+      step_advance_ = 1;
       const double seconds = seconds_since(start);
       train_seconds += seconds;
       train_tokens += step_tokens;
@@ -463,15 +487,18 @@ TrainSummary Trainer::run(const StopPredicate& should_stop) {
       interval_tokens += step_tokens;
       ++interval_steps;
       summary.last_loss = loss;
-      metrics_->write({{"step", step_}, {"loss", loss}, {"lr", lr * lr_multiplier_}, {"grad_norm", last_grad_norm_},
-                       {"tokens", tokens_}, {"step_seconds", seconds}});
-      if (step_ % config_.log_interval == 0 || step_ == config_.max_steps) {
+      nlohmann::json line = {{"step", step_}, {"loss", loss}, {"lr", lr * lr_multiplier_}, {"grad_norm", last_grad_norm_},
+                             {"tokens", tokens_}, {"step_seconds", seconds}};
+      if (config_.round_seconds > 0 && gradient_round) line["micro_batches"] = micro_batches_;
+      metrics_->write(line);
+      if (passed_multiple(step_before, step_, config_.log_interval) || step_ == config_.max_steps) {
         log_progress(loss, lr * lr_multiplier_, interval_seconds, interval_steps, interval_tokens);
         interval_steps = 0;
         interval_seconds = 0.0;
         interval_tokens = 0;
       }
-      if (config_.eval_interval > 0 && (step_ % config_.eval_interval == 0 || step_ == config_.max_steps)) {
+      if (config_.eval_interval > 0 &&
+          (passed_multiple(step_before, step_, config_.eval_interval) || step_ == config_.max_steps)) {
         summary.last_val_loss = evaluate();
         metrics_->write({{"step", step_}, {"val_loss", summary.last_val_loss}});
         logger().info(str("step ", step_, " | val loss ", format_number(summary.last_val_loss, "%.4f")));

@@ -3,6 +3,7 @@
 // validation, checkpoints, metrics and exact resume. The exchange issues make it many workers.
 #include <torch/torch.h>
 
+#include <chrono>
 #include <functional>
 #include <future>
 #include <memory>
@@ -87,6 +88,10 @@ class Trainer {
   bool in_diloco_phase() const { return outer_ && step_ >= config_.sync_warmup_steps; }
   bool round_ends_after_step(int64_t step) const;  // a DiLoCo round ends when this step is done
   bool mid_round() const;                          // inside a DiLoCo round (not at its end)
+  int64_t round_end_after(int64_t step) const;     // the step that ends the DiLoCo round `step` + 1 is in
+  // --round-seconds: whether one more unit of work, as long as the mean of the `done` so far,
+  // still ends inside the box that opened at `start`.
+  bool another_fits(std::chrono::steady_clock::time_point start, int64_t done) const;
   // Every checkpoint_interval steps; in DiLoCo rounds at the end of the round that passed one.
   bool interval_checkpoint_due() const;
   double diloco_step(double lr);                   // one inner step, and the outer round at its end
@@ -133,6 +138,10 @@ class Trainer {
   std::future<exchange::RoundResult> pending_round_;
   LrSchedule schedule_;
   int64_t step_ = 0;
+  // Steps the last train_step covered: 1, or (a time-boxed DiLoCo round that closed early) the
+  // rest of the round's nominal steps, which its schedule and checkpoints count by.
+  int64_t step_advance_ = 1;
+  int64_t micro_batches_ = 0;  // in the last gradient (time-boxed per-step rounds take fewer)
   int64_t tokens_ = 0;
   double loss_scale_ = 1.0;  // fp16 only: dynamic loss scaling
   int64_t good_steps_ = 0;
@@ -146,6 +155,9 @@ class Trainer {
   int64_t round_tokens_ = 0;     // DiLoCo: this worker's tokens in the current round's inner steps
   double round_loss_sum_ = 0.0;  // and their token-weighted loss
   torch::Tensor delta_;          // the pseudo-gradient handed to the exchange (CPU)
+  int64_t round_inner_steps_ = 0;  // the inner steps this worker took in the current round
+  uint64_t round_box_of_ = 0;      // --round-seconds: the round whose box round_box_opened_ opened
+  std::chrono::steady_clock::time_point round_box_opened_;
   // --emulate-workers with DiLoCo: each emulated worker's own parameters and inner moments.
   struct EmulatedReplica {
     torch::Tensor params, exp_avg, exp_avg_sq;

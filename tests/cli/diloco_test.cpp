@@ -77,10 +77,11 @@ class DilocoTest : public CliTest {
   }
 
   // Every worker of kWorkers through the faulty simulated folder; returns when all have exited.
-  static void run_cluster(const fs::path& base, const std::vector<std::string>& extra) {
+  static void run_cluster(const fs::path& base, const std::vector<std::string>& extra,
+                          const std::vector<Worker>& workers = kWorkers) {
     fs::create_directories(base);
     std::map<std::string, pid_t> pids;
-    for (const Worker& w : kWorkers) {
+    for (const Worker& w : workers) {
       std::vector<std::string> argv = tiny(base / w.name, extra);
       const std::string folder = "--poll-ms 20 --sim-seed " + std::to_string(w.name[0]) +
                                  " --sim-delay-median-ms 50 --sim-delay-p90-ms 200 --sim-placeholder-prob 0.2"
@@ -276,6 +277,109 @@ TEST_F(DilocoTest, BadRoundFlagsAreNamed) {
     EXPECT_TRUE(contains(r.output, text)) << r.output;
   }
   EXPECT_FALSE(fs::exists(base / "run" / "checkpoints"));
+}
+
+}  // namespace
+}  // namespace gradbox::testing
+
+namespace gradbox::testing {
+namespace {
+
+// Time-boxed rounds (Note [Time-boxed rounds] in src/worker/outer_optimizer.h) with c three
+// times slower than a and b (three times their micro-batch): each worker computes what fits in
+// the box, every round holds all three, and the average weighs each by the tokens it computed.
+// (That a slow worker costs the others no waiting is shown in virtual time, in
+// tests/exchange/elastic_protocol_test.cpp: here the clock is real.)
+const std::vector<Worker> kOneSlow = {{"a", 2}, {"b", 2}, {"c", 6}};
+
+// worker -> its metrics records holding `key`, one per round.
+std::map<std::string, std::vector<nlohmann::json>> per_worker(const fs::path& base, const std::string& key) {
+  std::map<std::string, std::vector<nlohmann::json>> out;
+  for (const Worker& w : kOneSlow)
+    for (const nlohmann::json& r : read_metrics(base / w.name))
+      if (r.contains(key)) out[w.name].push_back(r);
+  return out;
+}
+
+void expect_identical_replicas(const fs::path& base, int step) {
+  char name[32];
+  std::snprintf(name, sizeof name, "step_%08d", step);
+  const std::string a = read_bytes(base / "a" / "checkpoints" / name / "model.safetensors");
+  ASSERT_FALSE(a.empty()) << "no checkpoint of step " << step;
+  EXPECT_EQ(a, read_bytes(base / "b" / "checkpoints" / name / "model.safetensors"));
+  EXPECT_EQ(a, read_bytes(base / "c" / "checkpoints" / name / "model.safetensors"));
+}
+
+TEST_F(DilocoTest, TimeBoxedRoundsTakeWhatFitsAndWeighItByTokens) {
+  const fs::path base = dir("diloco_boxed");
+  constexpr int kRounds = 4, kInner = 1000;
+  run_cluster(base,
+              {"--sync", "diloco", "--inner-steps", std::to_string(kInner), "--max-steps",
+               std::to_string(kRounds * kInner), "--round-seconds", "1.5", "--eval-interval", "0"},
+              kOneSlow);
+  const auto rounds = per_worker(base, "inner_steps");
+  int64_t a_steps = 0, c_steps = 0;
+  for (const Worker& w : kOneSlow) ASSERT_EQ(rounds.at(w.name).size(), static_cast<size_t>(kRounds)) << w.name;
+  for (int r = 0; r < kRounds; ++r) {
+    const nlohmann::json& a = rounds.at("a")[r];
+    EXPECT_EQ(a["contributors"], 3) << "round " << r + 1;
+    int64_t tokens = 0;
+    for (const Worker& w : kOneSlow) {
+      const int64_t steps = rounds.at(w.name)[r]["inner_steps"].get<int64_t>();
+      EXPECT_GE(steps, 1) << w.name << " round " << r + 1;
+      EXPECT_LT(steps, kInner) << w.name << " round " << r + 1 << ": the box, not the cap, ended it";
+      EXPECT_EQ(rounds.at(w.name)[r]["step"], (r + 1) * kInner) << "rounds end at their nominal step";
+      tokens += steps * w.micro_batch * 32;
+    }
+    EXPECT_EQ(a["round_tokens"].get<int64_t>(), tokens) << "round " << r + 1 << ": each worker's tokens, summed";
+    a_steps += a["inner_steps"].get<int64_t>();
+    c_steps += rounds.at("c")[r]["inner_steps"].get<int64_t>();
+  }
+  std::cout << "time-boxed DiLoCo: a took " << a_steps << " inner steps, c (3x the micro-batch) " << c_steps << "\n";
+  EXPECT_LT(c_steps, a_steps) << "c is slower: it fits fewer steps in the box";
+  expect_identical_replicas(base, kRounds * kInner);
+}
+
+TEST_F(DilocoTest, TimeBoxedPerStepRoundsAccumulateWhatFits) {
+  const fs::path base = dir("per_step_boxed");
+  constexpr int kBoxedSteps = 8, kMost = 256;
+  run_cluster(base, {"--grad-accum", std::to_string(kMost), "--max-steps", std::to_string(kBoxedSteps), "--round-seconds",
+                     "0.4", "--eval-interval", "0"},
+              kOneSlow);
+  const auto steps = per_worker(base, "micro_batches");
+  int64_t a_micro = 0, c_micro = 0;
+  for (const Worker& w : kOneSlow) ASSERT_EQ(steps.at(w.name).size(), static_cast<size_t>(kBoxedSteps)) << w.name;
+  for (int k = 0; k < kBoxedSteps; ++k) {
+    int64_t tokens = 0;
+    for (const Worker& w : kOneSlow) {
+      const int64_t micro = steps.at(w.name)[k]["micro_batches"].get<int64_t>();
+      EXPECT_GE(micro, 1) << w.name << " step " << k + 1;
+      EXPECT_LT(micro, kMost) << w.name << " step " << k + 1 << ": the box, not --grad-accum, ended it";
+      tokens += micro * w.micro_batch * 32;
+    }
+    // a's "tokens" counts every worker's: each step adds what the three accumulated.
+    const int64_t before = k == 0 ? 0 : steps.at("a")[k - 1]["tokens"].get<int64_t>();
+    EXPECT_EQ(steps.at("a")[k]["tokens"].get<int64_t>() - before, tokens) << "step " << k + 1;
+    a_micro += steps.at("a")[k]["micro_batches"].get<int64_t>();
+    c_micro += steps.at("c")[k]["micro_batches"].get<int64_t>();
+  }
+  std::cout << "time-boxed per-step: a accumulated " << a_micro << " micro-batches, c (3x the size) " << c_micro << "\n";
+  EXPECT_LT(c_micro, a_micro) << "c is slower: it fits fewer micro-batches in the box";
+  expect_identical_replicas(base, kBoxedSteps);
+}
+
+TEST_F(DilocoTest, RoundSecondsWithNothingToBoxIsRefused) {
+  const fs::path base = dir("boxed_flags");
+  ProcessResult r = run_process(tiny(base / "a", {"--round-seconds", "5"}));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--round-seconds"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--grad-accum"), std::string::npos) << r.output;
+  r = run_process(tiny(base / "b", {"--sync", "diloco", "--inner-steps", "1", "--round-seconds", "5"}));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--inner-steps"), std::string::npos) << r.output;
+  r = run_process(tiny(base / "c", {"--round-seconds", "-1"}));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--round-seconds"), std::string::npos) << r.output;
 }
 
 }  // namespace

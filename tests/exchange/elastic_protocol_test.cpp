@@ -129,6 +129,64 @@ TEST(ElasticProtocol, LongDiLoCoRoundsKeepMembersLiveAndLetAJoinerWaitThemOut) {
   EXPECT_TRUE(run.divergent_rounds().empty()) << run.divergent_rounds().front();
 }
 
+// Time-boxed DiLoCo rounds (Note [Time-boxed rounds] in worker/outer_optimizer.h): c computes
+// at a third of a and b's speed. With a 30 s box it takes a third of their inner steps and
+// publishes when they do: every round holds all three, and a and b wait on c about as long as
+// on each other. Without the box c's rounds take three times theirs, and the others either
+// wait out the difference or (the deadline being shorter) leave c out every round.
+struct SlowWorkerRun {
+  std::vector<sim::SimObserver::Applied> of(const std::string& worker) const {
+    std::vector<sim::SimObserver::Applied> rounds;
+    for (const sim::SimObserver::Applied& a : history)
+      if (a.worker == worker) rounds.push_back(a);
+    return rounds;
+  }
+  std::vector<sim::SimObserver::Applied> history;
+  std::map<std::string, uint64_t> finals;
+};
+
+SlowWorkerRun run_with_a_slow_worker(const std::string& name, double round_seconds) {
+  ElasticRun run(name, {"a", "b", "c"});
+  for (const std::string w : {"a", "b", "c"}) {
+    sim::SimWorkerSpec s = run.spec(w, 8);
+    s.inner_steps = 30;
+    s.compute_s = w == "c" ? 2.9 : 1.0;
+    s.round_seconds = round_seconds;
+    s.exchange.contribution_timeout_s = 10;
+    s.exchange.failover_timeout_s = 20;
+    s.exchange.give_up_timeout_s = 300;
+    run.start(s);
+  }
+  run.cluster().sim().run_until(1e5);
+  EXPECT_TRUE(run.cluster().sim().failures().empty()) << run.cluster().sim().failures().front();
+  EXPECT_TRUE(run.divergent_rounds().empty()) << run.divergent_rounds().front();
+  return {run.observer().history(), run.observer().finals()};
+}
+
+TEST(ElasticProtocol, ATimeBoxedRoundDoesNotWaitForASlowWorker) {
+  const SlowWorkerRun boxed = run_with_a_slow_worker("boxed", 30.0);
+  ASSERT_EQ(boxed.finals.size(), 3u);
+  EXPECT_EQ(boxed.finals.at("a"), boxed.finals.at("c"));
+  ASSERT_EQ(boxed.of("a").size(), 8u);
+  for (const sim::SimObserver::Applied& a : boxed.of("a")) {
+    EXPECT_EQ(a.contributors, 3) << "round " << a.round;
+    if (a.round == 1) continue;  // the boxes of round 1 open as each worker gets the initial weights
+    EXPECT_EQ(a.inner_steps, 30) << "round " << a.round;
+    // c's last step ended at 29 s into the box: a waits for the folder's hops only.
+    EXPECT_LT(a.wait_s, 1.0) << "round " << a.round;
+  }
+  for (const sim::SimObserver::Applied& c : boxed.of("c")) {
+    EXPECT_TRUE(c.contributed) << "round " << c.round;
+    EXPECT_EQ(c.inner_steps, 10) << "round " << c.round << ": as many 2.9 s steps as fit in 30 s";
+  }
+
+  // c's 87 s rounds against 30 s ones: past the deadline, every round goes on without c's work.
+  const SlowWorkerRun unboxed = run_with_a_slow_worker("unboxed", 0.0);
+  int with_c = 0;
+  for (const sim::SimObserver::Applied& a : unboxed.of("a")) with_c += a.contributors == 3;
+  EXPECT_LT(with_c, 4) << "of 8 rounds held c's delta";
+}
+
 // The contribution deadline follows the lags it observes: from the ceiling down to what the
 // folder needs, so that a dead worker costs the others little.
 TEST(ElasticProtocol, TheDeadlineAdaptsToTheObservedLags) {
