@@ -259,6 +259,10 @@ void add_train_command(CLI::App& app) {
   flags->add("--round-seconds", &worker::TrainConfig::round_seconds,
              "Time-boxed rounds: compute as much of a round as fits in this time (DiLoCo: up to --inner-steps "
              "steps; per-step: up to --grad-accum micro-batches); 0: fixed rounds");
+  flags->add("--fragments", &worker::TrainConfig::fragments,
+             "Streaming DiLoCo: parameter fragments (strided layer groups), one synced every --inner-steps / F steps");
+  flags->add("--overlap-steps", &worker::TrainConfig::overlap_steps,
+             "Streaming DiLoCo: inner steps a fragment's exchange runs behind before its outer step is merged");
   auto shared = std::make_shared<SharedFlags>();
   add_shared_flags(cmd, *shared);
 

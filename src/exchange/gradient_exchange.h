@@ -18,6 +18,9 @@ struct LocalContribution {
   uint64_t tokens = 0;    // tokens the gradient was computed on: its weight
   double loss = 0.0;      // mean loss over those tokens (reporting)
   bool overflow = false;  // non-finite gradient: every replica skips the round
+  // Which part of the caller's state the round carries (Streaming DiLoCo's fragment): lossy
+  // codecs keep their error feedback per part, since parts differ in size and meaning.
+  uint32_t part = 0;
 };
 
 // The run's live control as one round's agreement settled it (Note [Live control]): every

@@ -54,7 +54,8 @@ bool RoundAgreement::skip() const {
 void RoundAgreement::start(uint64_t round, float* grad, size_t n, const LocalContribution& mine,
                            std::vector<std::string> members) {
   const uint32_t shards = context_.config.shard_count;
-  if (encoders_.size() != shards) encoders_.assign(shards, codec::ErrorFeedbackEncoder(context_.config.codec));
+  part_encoders_ = &encoders_[mine.part];
+  if (part_encoders_->size() != shards) part_encoders_->assign(shards, codec::ErrorFeedbackEncoder(context_.config.codec));
   round_ = round;
   grad_ = grad;
   n_ = n;

@@ -116,7 +116,9 @@ class RoundAgreement {
   LagDeadline& deadline_;
   DecideView decide_view_;
   Refused refused_;
-  std::vector<codec::ErrorFeedbackEncoder> encoders_;  // per shard, across rounds
+  // Per part (LocalContribution::part), per shard, across rounds.
+  std::map<uint32_t, std::vector<codec::ErrorFeedbackEncoder>> encoders_;
+  std::vector<codec::ErrorFeedbackEncoder>* part_encoders_ = nullptr;  // this round's part
 
   uint64_t round_ = 0;
   float* grad_ = nullptr;

@@ -97,7 +97,7 @@ void RoundAgreement::publish_contributions() {
       // Error feedback only where the codec loses something (it costs a full decode).
       std::vector<uint8_t> encoded = c.codec.codec == codec::Codec::fp32
                                          ? codec::encode(grad_ + range.begin, range.size(), c.codec)
-                                         : encoders_[k].encode(grad_ + range.begin, range.size());
+                                         : (*part_encoders_)[k].encode(grad_ + range.begin, range.size());
       payload.assign(reinterpret_cast<const char*>(encoded.data()), encoded.size());
     }
     own_checksums_[k] = checksum64(payload.data(), payload.size());

@@ -84,7 +84,14 @@ fs::path save_checkpoint(const fs::path& run_dir, const CheckpointState& state, 
                                 {"model_config", state.model_config},
                                 {"train_config", state.train_config},
                                 {"control", state.control}};
-  if (outer) state_json["outer"] = {{"round_tokens", outer->round_tokens}, {"round_loss_sum", outer->round_loss_sum}};
+  // Scalars (fragment 0) for a single fragment, as checkpoints before --fragments had them.
+  auto one_or_all = [](const auto& values) -> nlohmann::json {
+    if (values.size() == 1) return values[0];
+    return values;
+  };
+  if (outer)
+    state_json["outer"] = {{"round_tokens", one_or_all(outer->round_tokens)},
+                           {"round_loss_sum", one_or_all(outer->round_loss_sum)}};
   write_file_atomic(temp_dir / "state.json", state_json.dump(2));
 
   nlohmann::json files = nlohmann::json::object();
@@ -160,8 +167,14 @@ CheckpointData load_checkpoint(const fs::path& run_or_checkpoint) {
     data.state.round = state.value("round", data.state.step);
     if (state.contains("outer")) {
       OuterState& outer = data.outer.emplace();
-      outer.round_tokens = state.at("outer").at("round_tokens").get<int64_t>();
-      outer.round_loss_sum = state.at("outer").at("round_loss_sum").get<double>();
+      auto values = [&](const char* key, auto& out) {
+        const nlohmann::json& j = state.at("outer").at(key);
+        using Value = typename std::decay_t<decltype(out)>::value_type;
+        if (j.is_array()) out = j.get<std::decay_t<decltype(out)>>();
+        else out = {j.get<Value>()};
+      };
+      values("round_tokens", outer.round_tokens);
+      values("round_loss_sum", outer.round_loss_sum);
     }
   } catch (const nlohmann::json::exception& e) {
     throw InputError(str(state_path.string(), ": ", e.what()));

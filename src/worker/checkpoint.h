@@ -30,8 +30,10 @@ namespace fs = std::filesystem;
 struct OuterState {
   torch::Tensor global;
   torch::Tensor momentum;
-  int64_t round_tokens = 0;     // this worker's tokens in the unfinished round's inner steps
-  double round_loss_sum = 0.0;  // their loss, summed token-weighted
+  // Per fragment (one without --fragments): this worker's tokens in the inner steps since the
+  // fragment's last round, and their loss, summed token-weighted.
+  std::vector<int64_t> round_tokens = {0};
+  std::vector<double> round_loss_sum = {0.0};
 };
 
 struct CheckpointState {

@@ -1,6 +1,7 @@
 // The trainer's DiLoCo rounds (Note [DiLoCo rounds] in worker/outer_optimizer.h): inner steps,
 // the emulated workers' own inner state, and the outer round at a round's end. The per-step
 // strategy, checkpoints and the loop are in trainer.cpp.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -27,12 +28,18 @@ std::string format_number(double value, const char* format) {
 }  // namespace
 
 bool Trainer::round_ends_after_step(int64_t step) const {
-  return step == config_.max_steps || (step - config_.sync_warmup_steps) % config_.inner_steps == 0;
+  return step == config_.max_steps || (step - config_.sync_warmup_steps) % sync_period() == 0;
+}
+
+size_t Trainer::fragment_due_after(int64_t step) const {
+  const int64_t period = sync_period();
+  const int64_t rounds_before = (step - config_.sync_warmup_steps + period - 1) / period - 1;
+  return static_cast<size_t>(rounds_before % static_cast<int64_t>(fragments_.size()));
 }
 
 int64_t Trainer::round_end_after(int64_t step) const {
-  const int64_t rounds_before = (step - config_.sync_warmup_steps) / config_.inner_steps;
-  return std::min(config_.max_steps, config_.sync_warmup_steps + (rounds_before + 1) * config_.inner_steps);
+  const int64_t rounds_before = (step - config_.sync_warmup_steps) / sync_period();
+  return std::min(config_.max_steps, config_.sync_warmup_steps + (rounds_before + 1) * sync_period());
 }
 
 bool Trainer::mid_round() const {
@@ -45,15 +52,16 @@ bool Trainer::interval_checkpoint_due() const {
   if (!in_diloco_phase() || step_ <= config_.sync_warmup_steps) return step_ % every == 0;
   if (mid_round()) return false;
   const int64_t round_start =
-      config_.sync_warmup_steps + (step_ - config_.sync_warmup_steps - 1) / config_.inner_steps * config_.inner_steps;
+      config_.sync_warmup_steps + (step_ - config_.sync_warmup_steps - 1) / sync_period() * sync_period();
   return step_ / every > round_start / every;
 }
 
 double Trainer::diloco_step(double lr) {
   model_->train();
-  const uint64_t round = static_cast<uint64_t>(round_ + 1);
+  const uint64_t round = next_round();
   const bool first_inner_step = step_ == config_.sync_warmup_steps || round_ends_after_step(step_);
-  if (step_ == config_.sync_warmup_steps && round_tokens_ == 0) {
+  const bool nothing_yet = std::all_of(round_tokens_.begin(), round_tokens_.end(), [](int64_t t) { return t == 0; });
+  if (step_ == config_.sync_warmup_steps && nothing_yet) {
     // The first DiLoCo round starts from the (warmed-up) parameters, with no outer momentum yet.
     torch::NoGradGuard no_grad;
     outer_->global().copy_(flat_->params());
@@ -61,8 +69,10 @@ double Trainer::diloco_step(double lr) {
   }
   if (first_inner_step) apply_due_control(round);
   // A follower only applies the agreed outer step: its inner steps would be thrown away. Asked
-  // every step: one let in during a round contributes the inner steps that are left.
-  const bool contributes = !exchange_ || exchange_->will_contribute(round);
+  // every step (not while a round runs in the background): one let in during a round
+  // contributes the inner steps that are left.
+  if (!in_flight_) contributing_ = !exchange_ || exchange_->will_contribute(round);
+  const bool contributes = contributing_;
   LocalGradient local{std::numeric_limits<double>::quiet_NaN(), 0};
   if (contributes) {
     // The box opens at this worker's first inner step of the round (a resumed or late-admitted
@@ -75,21 +85,35 @@ double Trainer::diloco_step(double lr) {
       local = compute_gradient(*train_sampler_, config_.micro_batch);
       apply_gradient(lr, loss_scale_);
     }
-    round_tokens_ += static_cast<int64_t>(local.tokens);
-    round_loss_sum_ += local.loss * static_cast<double>(local.tokens);
+    // Every fragment's next Δ holds this step.
+    for (size_t p = 0; p < fragments_.size(); ++p) {
+      round_tokens_[p] += static_cast<int64_t>(local.tokens);
+      round_loss_sum_[p] += local.loss * static_cast<double>(local.tokens);
+    }
   }
-  if (exchange_) exchange_->between_rounds(static_cast<uint64_t>(step_ + 1));
-  const bool box_closed = contributes && config_.round_seconds > 0 && !round_ends_after_step(step_ + 1) &&
+  const int64_t done = step_ + 1;
+  if (exchange_ && !in_flight_) exchange_->between_rounds(static_cast<uint64_t>(done));
+  if (in_flight_ && done >= in_flight_->apply_after_step) apply_fragment_round();
+  if (reloaded_) return local.loss;
+  const bool box_closed = contributes && config_.round_seconds > 0 && !round_ends_after_step(done) &&
                           !another_fits(round_box_opened_, round_inner_steps_);
   if (box_closed) {
     // The round's other nominal steps are not taken: the schedule, the run's length and the
     // checkpoints count nominal steps, so every worker is at the same step after the round.
     const int64_t end = round_end_after(step_);
     logger().info(str("round ", round, ": ", round_inner_steps_, " inner step(s) fit in --round-seconds ",
-                      config_.round_seconds, "; steps ", step_ + 2, "-", end, " are not taken"));
+                      config_.round_seconds, "; steps ", done + 1, "-", end, " are not taken"));
     step_advance_ = end - step_;
+    outer_round(round, 0);
+  } else if (done == config_.max_steps) {
+    // The run's end: every fragment's last steps go out, one round each, in their turn.
+    if (in_flight_) apply_fragment_round();
+    const size_t first = fragment_due_after(done);
+    for (size_t i = 0; i < fragments_.size() && !reloaded_; ++i)
+      outer_round(next_round(), (first + i) % fragments_.size());
+  } else if (round_ends_after_step(done)) {
+    outer_round(round, fragment_due_after(done), config_.overlap_steps > 0);
   }
-  if (box_closed || round_ends_after_step(step_ + 1)) outer_round(round);
   return local.loss;
 }
 
@@ -140,60 +164,97 @@ void Trainer::emulated_average(torch::Tensor& delta, exchange::RoundResult& resu
   average.sum_into(delta.data_ptr<float>(), static_cast<size_t>(delta.numel()));
 }
 
-void Trainer::outer_round(uint64_t round) {
-  const auto start = std::chrono::steady_clock::now();
-  exchange::RoundResult result;
-  result.loss = round_tokens_ > 0 ? round_loss_sum_ / static_cast<double>(round_tokens_) : result.loss;
+void Trainer::outer_round(uint64_t round, size_t fragment, bool in_background) {
+  FragmentRound r;
+  r.round = round;
+  r.fragment = fragment;
+  r.apply_after_step = step_ + 1 + (in_background ? config_.overlap_steps : 0);
+  r.inner_steps = round_inner_steps_;
+  r.started = std::chrono::steady_clock::now();
+  const int64_t tokens = round_tokens_[fragment];
+  r.loss = tokens > 0 ? round_loss_sum_[fragment] / static_cast<double>(tokens) : r.ready.loss;
+  r.ready.loss = r.loss;
   if (!emulated_.empty()) {
-    emulated_average(delta_, result);
+    emulated_average(delta_, r.ready);
   } else {
-    outer_->pseudo_gradient(flat_->params(), delta_);
+    outer_->pseudo_gradient(flat_->params(), fragments_[fragment], delta_);
+    if (in_background) {
+      // The fragment's parameters as its Δ goes out: the steps taken after it are kept (Note
+      // [Streaming fragments]).
+      r.sent = torch::empty({fragments_[fragment].numel}, torch::kFloat32);
+      int64_t at = 0;
+      for (const auto& [begin, end] : fragments_[fragment].ranges) {
+        r.sent.narrow(0, at, end - begin).copy_(flat_->params().narrow(0, begin, end - begin));
+        at += end - begin;
+      }
+    }
     if (exchange_) {
       const bool overflow = !std::isfinite(delta_.norm().item<double>());
-      const exchange::LocalContribution mine{static_cast<uint64_t>(round_tokens_), result.loss, overflow};
-      result = exchange_->all_reduce(round, delta_.data_ptr<float>(), static_cast<size_t>(delta_.numel()), mine);
+      const exchange::LocalContribution mine{static_cast<uint64_t>(tokens), r.loss, overflow,
+                                             static_cast<uint32_t>(fragment)};
+      if (in_background) {
+        r.pending = std::async(std::launch::async, [this, round, mine] {
+          return exchange_->all_reduce(round, delta_.data_ptr<float>(), static_cast<size_t>(delta_.numel()), mine);
+        });
+      } else {
+        r.ready = exchange_->all_reduce(round, delta_.data_ptr<float>(), static_cast<size_t>(delta_.numel()), mine);
+      }
     } else {
-      result.tokens = static_cast<uint64_t>(round_tokens_);
-      result.contributors = 1;
+      r.ready.tokens = static_cast<uint64_t>(tokens);
+      r.ready.contributors = 1;
     }
   }
+  // The steps from here on count for the fragment's next round.
+  round_tokens_[fragment] = 0;
+  round_loss_sum_[fragment] = 0.0;
+  round_inner_steps_ = 0;
+  in_flight_ = std::move(r);
+  if (!in_background) apply_fragment_round();
+}
+
+void Trainer::apply_fragment_round() {
+  FragmentRound r = std::move(*in_flight_);
+  in_flight_.reset();
+  const exchange::RoundResult result = r.pending.valid() ? r.pending.get() : r.ready;
   if (result.resync) {
     reload_agreed_state();
     return;
   }
   if (result.control) pending_controls_[result.control->from_round] = *result.control;
   tokens_ += static_cast<int64_t>(result.tokens);
-  round_tokens_ = 0;
-  round_loss_sum_ = 0.0;
+  const Fragment& fragment = fragments_[r.fragment];
+  const torch::Tensor* sent = r.sent.defined() ? &r.sent : nullptr;
   // A round nobody contributed to (a worker resuming the run alone only followed it) has no
   // delta: an outer step would move the parameters by the momentum alone.
   const bool empty = result.tokens == 0;
   const bool skip = empty || result.skip || !std::isfinite(delta_.norm().item<double>());
   if (skip) {
-    logger().warn(str("round ", round, empty ? ": nobody contributed" : ": a contributor's delta was not finite",
+    logger().warn(str("round ", r.round, empty ? ": nobody contributed" : ": a contributor's delta was not finite",
                       "; every replica goes back to the round's start"));
-    outer_->discard_round(flat_->params());
+    outer_->discard_round(fragment, flat_->params(), sent);
   } else {
-    outer_->step(delta_, flat_->params());
+    outer_->step(delta_, fragment, flat_->params(), sent);
   }
-  for (EmulatedReplica& r : replicas_) {
+  for (EmulatedReplica& e : replicas_) {
     torch::NoGradGuard no_grad;
-    r.params.copy_(flat_->params());
+    e.params.copy_(flat_->params());
   }
-  round_ = static_cast<int64_t>(round);
+  round_ = static_cast<int64_t>(r.round);
+  const std::string part = fragments_.size() > 1 ? str(" fragment ", r.fragment, ":") : "";
   if (!skip)
-    logger().info(str("round ", round, " (steps to ", step_ + step_advance_, "): outer step on the delta of ", result.contributors,
-                      " worker(s), ", result.tokens, " tokens, round loss ", format_number(result.loss, "%.4f"),
-                      ", waited ", format_number(result.wait_seconds, "%.2f"), " s"));
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  metrics_->write({{"step", step_ + step_advance_}, {"round", round}, {"round_loss", result.loss},
-                   {"round_tokens", result.tokens}, {"contributors", result.contributors},
-                   {"inner_steps", round_inner_steps_}, {"round_seconds", seconds},
-                   {"wait_seconds", result.wait_seconds}});
-  round_inner_steps_ = 0;
+    logger().info(str("round ", r.round, " (steps to ", step_ + step_advance_, "):", part, " outer step on the delta of ",
+                      result.contributors, " worker(s), ", result.tokens, " tokens, round loss ",
+                      format_number(result.loss, "%.4f"), ", waited ", format_number(result.wait_seconds, "%.2f"), " s"));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - r.started).count();
+  nlohmann::json line = {{"step", step_ + step_advance_}, {"round", r.round}, {"round_loss", result.loss},
+                         {"round_tokens", result.tokens}, {"contributors", result.contributors},
+                         {"inner_steps", r.inner_steps}, {"round_seconds", seconds},
+                         {"wait_seconds", result.wait_seconds}};
+  if (fragments_.size() > 1) line["fragment"] = r.fragment;
+  metrics_->write(line);
   if (exchange_ && !skip) {
     const torch::Tensor state = replica_state();
-    exchange_->after_update(round, state.data_ptr<float>(), static_cast<size_t>(state.numel()));
+    exchange_->after_update(r.round, state.data_ptr<float>(), static_cast<size_t>(state.numel()));
   }
 }
 

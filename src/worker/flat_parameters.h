@@ -13,15 +13,9 @@
 #include <string>
 #include <vector>
 
-namespace gradbox::worker {
+#include "worker/parameter_segment.h"
 
-struct ParameterSegment {
-  std::string name;
-  int64_t offset = 0;
-  int64_t numel = 0;
-  std::vector<int64_t> shape;
-  bool decay = true;
-};
+namespace gradbox::worker {
 
 class FlatParameters {
  public:

@@ -59,7 +59,27 @@
 // - Tokens per round vary with speed, so the effective batch, and with it the right learning
 //   rate, changes when workers join or leave; the box does not retune the learning rate.
 // A box restarts on resume and at a late admission: such a worker's Δ comes up to S late.
+//
+// Note [Streaming fragments]
+// --fragments F cuts the parameters into F fragments (worker/fragments.h: strided groups of
+// layers) and gives each its own DiLoCo round, in turn, every H/F steps: fragment p's Δ covers
+// the H inner steps since its own last round (the first ones fewer), weighted by their tokens.
+// One exchange then carries ~1/F of the parameters, so the peak upload per round and the
+// folder's burst drop by F while the bytes per token stay those of H; the outer momentum is per
+// element, so each fragment's outer step is DiLoCo's on its slice. A round is one fragment's:
+// rounds count fragment rounds, lossy codecs keep error feedback per fragment
+// (LocalContribution::part), and at --max-steps every fragment goes out once more, so the run
+// ends on θ_g everywhere.
+// --overlap-steps τ sends a fragment's Δ and keeps training: its exchange runs in the background
+// while the next τ inner steps compute, and only then is its outer step applied. The late outer
+// step is merged, not assigned: θ_local = θ_g + (θ_local − θ_sent), so the τ steps' local
+// progress on the fragment stays and counts in its next Δ (Streaming DiLoCo mixes with a factor
+// instead; this keeps every token's update exactly once). Replicas still agree on θ_g and m
+// only, which is what fingerprints and folder checkpoints cover; a joiner starts from θ_g.
+// Folder checkpoints are taken after a fragment's round, with the round in flight applied first.
 #include <torch/torch.h>
+
+#include "worker/fragments.h"
 
 namespace gradbox::worker {
 
@@ -74,12 +94,19 @@ class OuterOptimizer {
   // θ_g starts as a copy of `params`; the momentum as zeros.
   OuterOptimizer(const torch::Tensor& params, OuterHyper hyper);
 
-  // delta (fp32, n values, on the CPU) = θ_g - params.
+  // delta (fp32, on the CPU) = θ_g - params over the whole vector or over one fragment
+  // (its ranges, concatenated).
   void pseudo_gradient(const torch::Tensor& params, torch::Tensor& delta) const;
-  // The outer step from the agreed average (fp32, on the CPU); params become θ_g.
+  void pseudo_gradient(const torch::Tensor& params, const Fragment& fragment, torch::Tensor& delta) const;
+  // The outer step from the agreed average (fp32, on the CPU); params become θ_g. Over a
+  // fragment with `sent` (params as they were when its Δ went out, concatenated like delta),
+  // the local steps taken since are kept: params = θ_g + (params - sent) (Note [Streaming fragments]).
   void step(const torch::Tensor& average_delta, torch::Tensor& params);
-  // The round was skipped: params go back to θ_g.
+  void step(const torch::Tensor& average_delta, const Fragment& fragment, torch::Tensor& params,
+            const torch::Tensor* sent = nullptr);
+  // The round was skipped: params go back to θ_g (plus, over a fragment, the steps since `sent`).
   void discard_round(torch::Tensor& params) const;
+  void discard_round(const Fragment& fragment, torch::Tensor& params, const torch::Tensor* sent = nullptr) const;
 
   torch::Tensor& global() { return global_; }
   torch::Tensor& momentum() { return momentum_; }

@@ -21,7 +21,8 @@ std::string to_string(SyncMode mode) { return mode == SyncMode::diloco ? "diloco
 std::string describe_sync(const TrainConfig& c) {
   if (c.sync == SyncMode::gradient) return "gradient";
   return str("diloco H=", c.inner_steps, " warmup=", c.sync_warmup_steps, " lr=", c.outer_lr, " momentum=", c.outer_momentum,
-             c.outer_nesterov ? " nesterov" : " heavy-ball");
+             c.outer_nesterov ? " nesterov" : " heavy-ball",
+             c.fragments > 1 || c.overlap_steps > 0 ? str(" fragments=", c.fragments, " overlap=", c.overlap_steps) : "");
 }
 
 SyncMode parse_sync(const std::string& name) {
@@ -83,6 +84,18 @@ void TrainConfig::validate() const {
   GB_REQUIRE(outer_lr > 0, "--outer-lr: must be > 0, got ", outer_lr);
   GB_REQUIRE(sync_warmup_steps >= 0, "--sync-warmup-steps: must be >= 0, got ", sync_warmup_steps);
   GB_REQUIRE(outer_momentum >= 0 && outer_momentum < 1, "--outer-momentum: must be in [0, 1), got ", outer_momentum);
+  GB_REQUIRE(fragments >= 1, "--fragments: must be >= 1, got ", fragments);
+  GB_REQUIRE(overlap_steps >= 0, "--overlap-steps: must be >= 0, got ", overlap_steps);
+  if (fragments > 1 || overlap_steps > 0) {
+    GB_REQUIRE(sync == SyncMode::diloco, fragments > 1 ? "--fragments" : "--overlap-steps", ": only with --sync diloco");
+    GB_REQUIRE(inner_steps % fragments == 0, "--fragments ", fragments, ": must divide --inner-steps ", inner_steps,
+               " (a fragment's round every inner_steps / fragments steps)");
+    GB_REQUIRE(overlap_steps < inner_steps / fragments, "--overlap-steps ", overlap_steps,
+               ": must be less than --inner-steps / --fragments = ", inner_steps / fragments,
+               " (one fragment's round in flight at a time)");
+    GB_REQUIRE(round_seconds == 0, "--round-seconds: not with --fragments or --overlap-steps");
+    GB_REQUIRE(emulate_workers.empty(), "--emulate-workers: not with --fragments or --overlap-steps");
+  }
   GB_REQUIRE(std::isfinite(round_seconds) && round_seconds >= 0, "--round-seconds: must be >= 0, got ", round_seconds);
   if (round_seconds > 0) {
     // The box ends a round early; with room for one unit only it would never do anything.
@@ -160,6 +173,8 @@ nlohmann::json TrainConfig::to_json() const {
       {"outer_nesterov", outer_nesterov},
       {"sync_warmup_steps", sync_warmup_steps},
       {"round_seconds", round_seconds},
+      {"fragments", fragments},
+      {"overlap_steps", overlap_steps},
   };
 }
 
@@ -216,6 +231,8 @@ TrainConfig TrainConfig::from_json(const nlohmann::json& j, const std::string& w
   get("outer_nesterov", c.outer_nesterov);
   get("sync_warmup_steps", c.sync_warmup_steps);
   get("round_seconds", c.round_seconds);
+  get("fragments", c.fragments);
+  get("overlap_steps", c.overlap_steps);
   return c;
 }
 

@@ -77,6 +77,12 @@ struct TrainConfig {
   // step): DiLoCo takes up to inner_steps inner steps, per-step rounds up to grad_accum
   // micro-batches, so that a slow worker does not set the pace.
   double round_seconds = 0;
+  // Streaming DiLoCo (Note [Streaming fragments] in worker/outer_optimizer.h): the parameters in
+  // `fragments` strided groups of layers, one of which goes through the exchange every
+  // inner_steps / fragments steps; a fragment's round runs while the next overlap_steps inner
+  // steps compute, and its outer step is merged into the weights then.
+  int64_t fragments = 1;
+  int64_t overlap_steps = 0;
 
   void validate() const;  // throws InputError naming the flag
   nlohmann::json to_json() const;

@@ -112,9 +112,19 @@ Trainer::Trainer(TrainConfig config) : config_(std::move(config)) {
   optimizer_ = std::make_unique<Optimizer>(
       *flat_, OptimizerHyper{config_.optimizer, config_.beta1, config_.beta2, config_.eps});
   schedule_ = LrSchedule{config_.lr, config_.min_lr, config_.warmup_steps, config_.max_steps};
-  if (config_.sync == SyncMode::diloco)
+  if (config_.sync == SyncMode::diloco) {
     outer_ = std::make_unique<OuterOptimizer>(
         flat_->params(), OuterHyper{config_.outer_lr, config_.outer_momentum, config_.outer_nesterov});
+    fragments_ = partition_fragments(flat_->segments(), config_.fragments);
+    round_tokens_.assign(fragments_.size(), 0);
+    round_loss_sum_.assign(fragments_.size(), 0.0);
+    if (fragments_.size() > 1) {
+      std::string sizes;
+      for (const Fragment& f : fragments_) sizes += str(sizes.empty() ? "" : ", ", f.numel);
+      logger().info(str("streaming DiLoCo: ", fragments_.size(), " fragments of ", sizes, " parameters, one every ",
+                        sync_period(), " steps, overlapped with ", config_.overlap_steps, " inner step(s)"));
+    }
+  }
 
   flags_ = config_;
   std::filesystem::create_directories(config_.out_dir);
@@ -165,8 +175,16 @@ void Trainer::restore(const std::filesystem::path& dir, const model::ModelConfig
     outer_->global().copy_(ckpt.outer ? ckpt.outer->global : flat_->params());
     if (ckpt.outer) outer_->momentum().copy_(ckpt.outer->momentum);
     else outer_->momentum().zero_();
-    round_tokens_ = ckpt.outer ? ckpt.outer->round_tokens : 0;
-    round_loss_sum_ = ckpt.outer ? ckpt.outer->round_loss_sum : 0.0;
+    const size_t fragments = fragments_.size();
+    round_tokens_.assign(fragments, 0);
+    round_loss_sum_.assign(fragments, 0.0);
+    if (ckpt.outer && ckpt.outer->round_tokens.size() == fragments) {
+      round_tokens_ = ckpt.outer->round_tokens;
+      round_loss_sum_ = ckpt.outer->round_loss_sum;
+    } else if (ckpt.outer) {  // another --fragments: every fragment's round restarts from the checkpoint's progress
+      round_tokens_.assign(fragments, ckpt.outer->round_tokens[0]);
+      round_loss_sum_.assign(fragments, ckpt.outer->round_loss_sum[0]);
+    }
     round_inner_steps_ = 0;
     round_box_of_ = 0;  // a resumed round opens a new box
   }
@@ -339,9 +357,8 @@ double Trainer::apply_round(const exchange::RoundResult& result, uint64_t round,
 }
 
 torch::Tensor Trainer::replica_state() const {
-  torch::Tensor params = flat_->params().device().is_cpu() ? flat_->params() : flat_->params().to(torch::kCPU);
-  if (!outer_) return params;
-  return torch::cat({params, outer_->momentum().to(torch::kCPU)});
+  if (outer_) return torch::cat({outer_->global().to(torch::kCPU), outer_->momentum().to(torch::kCPU)});
+  return flat_->params().device().is_cpu() ? flat_->params() : flat_->params().to(torch::kCPU);
 }
 
 uint64_t Trainer::replica_state_checksum() const {
@@ -365,6 +382,7 @@ bool Trainer::apply_gradient(double lr, double grad_scale) {
 }
 
 void Trainer::drain_exchange(double lr) {
+  if (in_flight_) apply_fragment_round();  // a checkpoint holds θ_g after every round sent
   if (std::optional<exchange::RoundResult> last = finish_pending_round()) {
     flat_->grads().copy_(exchange_buffers_[static_cast<uint64_t>(step_) % 2]);
     apply_round(*last, static_cast<uint64_t>(step_), lr);
@@ -414,6 +432,14 @@ void Trainer::reload_agreed_state() {
 
 void Trainer::adopt_fetched(const std::filesystem::path& dir) {
   restore(dir, model_->config());
+  if (outer_) {
+    // The folder's state is θ_g: the publisher's local progress on fragments between their
+    // rounds is its own, and would be counted twice (one fragment: they are equal anyway).
+    torch::NoGradGuard no_grad;
+    flat_->params().copy_(outer_->global());
+    std::fill(round_tokens_.begin(), round_tokens_.end(), 0);
+    std::fill(round_loss_sum_.begin(), round_loss_sum_.end(), 0.0);
+  }
   // Local checkpoints past the agreed state hold the abandoned one: a restart must not resume
   // them. The fetched folder is named by its rounds; it becomes this step's checkpoint.
   adopt_checkpoint(config_.out_dir, dir, step_);

@@ -96,7 +96,13 @@ class Trainer {
   bool interval_checkpoint_due() const;
   double diloco_step(double lr);                   // one inner step, and the outer round at its end
   LocalGradient emulated_inner_step(double lr);    // --emulate-workers: each replica's inner step
-  void outer_round(uint64_t round);
+  int64_t sync_period() const { return config_.inner_steps / static_cast<int64_t>(fragments_.size()); }
+  size_t fragment_due_after(int64_t step) const;  // the fragment of the round that ends with `step`
+  uint64_t next_round() const { return static_cast<uint64_t>(round_) + 1 + (in_flight_ ? 1 : 0); }
+  // One round: fragment p's Δ through the exchange, then its outer step, now or (in_background,
+  // --overlap-steps) after the next overlap_steps inner steps, by apply_fragment_round.
+  void outer_round(uint64_t round, size_t fragment, bool in_background = false);
+  void apply_fragment_round();
   void emulated_average(torch::Tensor& delta, exchange::RoundResult& result);
   // What replicas must agree on after a round, on the CPU: the parameters, then (DiLoCo) the
   // outer momentum. Fingerprints and folder checkpoints' checksums cover it.
@@ -152,8 +158,25 @@ class Trainer {
   double lr_multiplier_ = 1.0;
   int64_t round_ = 0;  // exchange rounds applied (per-step: one per step; DiLoCo: one per outer round)
   std::unique_ptr<OuterOptimizer> outer_;
-  int64_t round_tokens_ = 0;     // DiLoCo: this worker's tokens in the current round's inner steps
-  double round_loss_sum_ = 0.0;  // and their token-weighted loss
+  std::vector<Fragment> fragments_;  // DiLoCo: one (everything) unless --fragments
+  // Per fragment: this worker's tokens in the inner steps since the fragment's last round, and
+  // their token-weighted loss.
+  std::vector<int64_t> round_tokens_;
+  std::vector<double> round_loss_sum_;
+  // A fragment's round whose outer step is not applied yet (--overlap-steps; or applied at once).
+  struct FragmentRound {
+    uint64_t round = 0;
+    size_t fragment = 0;
+    int64_t apply_after_step = 0;
+    double loss = 0;
+    int64_t inner_steps = 0;
+    std::chrono::steady_clock::time_point started;
+    torch::Tensor sent;  // the fragment's parameters when its Δ went out (overlap only)
+    std::future<exchange::RoundResult> pending;
+    exchange::RoundResult ready;  // when not pending
+  };
+  std::optional<FragmentRound> in_flight_;
+  bool contributing_ = true;  // the exchange's last answer (not asked while a round is in flight)
   torch::Tensor delta_;          // the pseudo-gradient handed to the exchange (CPU)
   int64_t round_inner_steps_ = 0;  // the inner steps this worker took in the current round
   uint64_t round_box_of_ = 0;      // --round-seconds: the round whose box round_box_opened_ opened

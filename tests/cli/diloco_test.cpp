@@ -384,3 +384,76 @@ TEST_F(DilocoTest, RoundSecondsWithNothingToBoxIsRefused) {
 
 }  // namespace
 }  // namespace gradbox::testing
+
+namespace gradbox::testing {
+namespace {
+
+// Streaming fragments (Note [Streaming fragments] in src/worker/outer_optimizer.h). With one
+// worker, outer lr 1 and no momentum, every outer step hands the fragment back its own local
+// parameters: a run with fragments, overlapped or not, is plain training, so a lost local step
+// (an assigned rather than merged late update) or a fragment applied to the wrong elements
+// shows as a difference from the run without rounds.
+TEST_F(DilocoTest, OneWorkersFragmentsWithOuterLrOneKeepEveryLocalStep) {
+  const fs::path base = dir("fragments_identity");
+  const std::vector<std::string> sgd = {"--optimizer", "sgd", "--lr", "0.5", "--grad-clip", "0"};
+  std::vector<std::string> plain = sgd;
+  const ProcessResult reference_run = run_process(tiny(base / "plain", plain));
+  ASSERT_EQ(reference_run.exit_code, 0) << reference_run.output;
+  const std::vector<float> reference = all_floats(final_checkpoint(base / "plain") / "model.safetensors");
+  for (const std::string overlap : {"0", "1"}) {
+    std::vector<std::string> streaming = sgd;
+    streaming.insert(streaming.end(), {"--sync", "diloco", "--inner-steps", "4", "--fragments", "2", "--overlap-steps",
+                                       overlap, "--outer-lr", "1", "--outer-momentum", "0"});
+    const fs::path run = base / ("overlap" + overlap);
+    const ProcessResult r = run_process(tiny(run, streaming));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const double worst = largest_difference(reference, all_floats(final_checkpoint(run) / "model.safetensors"));
+    std::cout << "fragments 2, overlap " << overlap << ": largest difference from plain training " << worst << "\n";
+    EXPECT_LT(worst, 1e-5) << "overlap " << overlap;
+    // A round every 2 steps, fragments in turn, and at the end the other fragment once more.
+    const std::vector<nlohmann::json> rounds = records(run, "fragment");
+    ASSERT_EQ(rounds.size(), static_cast<size_t>(kSteps / 2 + 1));
+    for (size_t i = 0; i < rounds.size(); ++i) EXPECT_EQ(rounds[i]["fragment"], i % 2) << "round " << i + 1;
+  }
+}
+
+// Three workers through the faulty simulated folder with two fragments, overlapped by a step,
+// int8 deltas (error feedback per fragment): every round carries about half the parameters,
+// and the replicas end on the same θ_g, byte for byte.
+TEST_F(DilocoTest, StreamingFragmentsThroughTheFolderSendAHalfEachAndEndIdentical) {
+  const fs::path base = dir("fragments_cluster");
+  run_cluster(base, {"--sync", "diloco", "--inner-steps", "4", "--fragments", "2", "--overlap-steps", "1", "--codec",
+                     "int8", "--exchange", "all-gather"});
+  const std::string model = read_bytes(final_checkpoint(base / "a") / "model.safetensors");
+  ASSERT_FALSE(model.empty());
+  for (const Worker& w : kWorkers)
+    EXPECT_EQ(model, read_bytes(final_checkpoint(base / w.name) / "model.safetensors")) << w.name;
+  const size_t parameters = all_floats(final_checkpoint(base / "a") / "model.safetensors").size();
+  const std::vector<nlohmann::json> rounds = records(base / "a", "fragment");
+  ASSERT_EQ(rounds.size(), static_cast<size_t>(kSteps / 2 + 1));
+  for (const nlohmann::json& r : rounds) EXPECT_EQ(r["contributors"], 3) << r.dump();
+  // An int8 value is a byte (plus a scale per block and the files' headers); a whole delta
+  // would be ~1 byte per parameter per round.
+  const double bytes_per_round = exchange_stats(base / "a")["round_bytes_written"].get<double>() / rounds.size();
+  std::cout << "fragments 2: " << bytes_per_round << " bytes written per round for " << parameters << " parameters\n";
+  EXPECT_LT(bytes_per_round, 0.7 * static_cast<double>(parameters));
+  EXPECT_GT(bytes_per_round, 0.3 * static_cast<double>(parameters));
+  const std::vector<nlohmann::json> losses = records(base / "a", "round_loss");
+  EXPECT_LT(losses.back()["round_loss"].get<double>(), losses.front()["round_loss"].get<double>());
+}
+
+TEST_F(DilocoTest, FragmentFlagsThatCannotScheduleAreRefused) {
+  const fs::path base = dir("fragment_flags");
+  ProcessResult r = run_process(tiny(base / "a", {"--fragments", "2"}));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--fragments: only with --sync diloco"), std::string::npos) << r.output;
+  r = run_process(tiny(base / "b", {"--sync", "diloco", "--inner-steps", "5", "--fragments", "2"}));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("must divide --inner-steps"), std::string::npos) << r.output;
+  r = run_process(tiny(base / "c", {"--sync", "diloco", "--inner-steps", "4", "--fragments", "2", "--overlap-steps", "2"}));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--overlap-steps 2"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace gradbox::testing

@@ -340,10 +340,11 @@ TEST_F(ElasticTest, ADivergedReplicaIsInTheMinorityAndReloadsTheAgreedState) {
 // DiLoCo rounds (Note [DiLoCo rounds]) keep the elastic guarantees: a worker killed between two
 // inner steps and one killed while its delta is on its way come back, a joiner loads the
 // global parameters and outer momentum from the folder checkpoint, and every replica ends on
-// the same bytes. Rounds are four steps here, so the run has 10.
+// the same bytes. Rounds are four steps here, so the run has 12; the joiner comes at round 5,
+// well before the end even on a loaded machine.
 TEST_F(ElasticTest, DilocoRoundsSurviveKillsInsideARoundAndWhilePublishingAndLetAJoinerIn) {
   const fs::path base = dir("elastic_diloco");
-  const int steps = 40;
+  const int steps = 48;
   Options o = with(steps, "a,b,c", {"--sync", "diloco", "--inner-steps", "4", "--exchange", "sharded", "--codec", "fp16"});
   std::map<std::string, pid_t> pids;
   for (const std::string name : {"a", "b", "c"}) pids[name] = start(base, name, o);
@@ -377,7 +378,7 @@ TEST_F(ElasticTest, DilocoRoundsSurviveKillsInsideARoundAndWhilePublishingAndLet
             << "\n";
   pids["c"] = start(base, "c", o);
   pids["b"] = start(base, "b", o);
-  ASSERT_TRUE(wait_for([&] { return round_of(base, "a") >= 6; })) << logs(base, "a");
+  ASSERT_TRUE(wait_for([&] { return round_of(base, "a") >= 5; })) << logs(base, "a");
   pids["d"] = start(base, "d", with(steps, "", {"--sync", "diloco", "--inner-steps", "4", "--exchange", "sharded",
                                                 "--codec", "fp16"}));
   for (const auto& [name, pid] : pids) ASSERT_EQ(wait_process(pid), 0) << logs(base, name);

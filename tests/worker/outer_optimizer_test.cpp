@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
+
 #include "worker/flat_parameters.h"
 #include "worker/optimizer.h"
 #include "worker/outer_optimizer.h"
@@ -82,6 +84,95 @@ TEST(Optimizer, FusedSgdMatchesTheTensorOpsPathAndTheFormula) {
   const torch::Tensor bias = fused_flat.params().narrow(0, fused_flat.decay_numel(), 5).clone();
   fused.step(0.1, 0.5, 1.0);
   EXPECT_TRUE(torch::equal(fused_flat.params().narrow(0, fused_flat.decay_numel(), 5), bias));
+}
+
+}  // namespace
+}  // namespace gradbox::worker
+
+namespace gradbox::worker {
+namespace {
+
+std::vector<ParameterSegment> gpt2_like_segments() {
+  // Decay parameters first, as FlatParameters lays them out; two layers.
+  std::vector<std::pair<std::string, int64_t>> named = {
+      {"transformer.wte.weight", 4096}, {"transformer.h.0.attn.c_attn.weight", 768},
+      {"transformer.h.0.mlp.c_fc.weight", 1024}, {"transformer.h.1.attn.c_attn.weight", 768},
+      {"transformer.h.1.mlp.c_fc.weight", 1024}, {"transformer.wpe.weight", 512},
+      {"transformer.h.0.ln_1.weight", 16}, {"transformer.h.1.ln_1.weight", 16}, {"transformer.ln_f.weight", 16}};
+  std::vector<ParameterSegment> segments;
+  int64_t offset = 0;
+  for (const auto& [name, numel] : named) {
+    segments.push_back({name, offset, numel, {numel}, true});
+    offset += numel;
+  }
+  return segments;
+}
+
+std::vector<int> owners(const std::vector<Fragment>& fragments, int64_t n) {
+  std::vector<int> owner(static_cast<size_t>(n), -1);
+  for (size_t p = 0; p < fragments.size(); ++p)
+    for (const auto& [begin, end] : fragments[p].ranges)
+      for (int64_t i = begin; i < end; ++i) {
+        EXPECT_EQ(owner[static_cast<size_t>(i)], -1) << "element " << i << " in two fragments";
+        owner[static_cast<size_t>(i)] = static_cast<int>(p);
+      }
+  return owner;
+}
+
+TEST(Fragments, LayersAreStridedAndEveryElementIsInExactlyOneFragment) {
+  const std::vector<ParameterSegment> segments = gpt2_like_segments();
+  const int64_t n = segments.back().offset + segments.back().numel;
+  EXPECT_EQ(layer_of("transformer.h.12.mlp.c_fc.weight"), 12);
+  EXPECT_EQ(layer_of("model.layers.3.self_attn.q_proj.weight"), 3);
+  EXPECT_EQ(layer_of("transformer.wte.weight"), -1);
+  for (int64_t f : {1, 2, 3, 4}) {
+    const std::vector<Fragment> fragments = partition_fragments(segments, f);
+    ASSERT_EQ(fragments.size(), static_cast<size_t>(f));
+    const std::vector<int> owner = owners(fragments, n);
+    int64_t total = 0;
+    for (const Fragment& fr : fragments) total += fr.numel;
+    EXPECT_EQ(total, n) << f << " fragments";
+    EXPECT_EQ(std::count(owner.begin(), owner.end(), -1), 0) << f << " fragments";
+    if (f == 1) {
+      EXPECT_EQ(fragments[0].ranges.size(), 1u) << "one fragment is the whole vector, one range";
+    }
+  }
+  // Two fragments of a two-layer model: a layer each, and a layer's tensors stay together.
+  const std::vector<Fragment> two = partition_fragments(segments, 2);
+  const std::vector<int> owner = owners(two, n);
+  for (const ParameterSegment& s : segments) {
+    const int64_t layer = layer_of(s.name);
+    for (int64_t i = s.offset; i < s.offset + s.numel; ++i) {
+      if (layer >= 0) {
+        ASSERT_EQ(owner[static_cast<size_t>(i)], layer % 2) << s.name;
+      }
+      ASSERT_EQ(owner[static_cast<size_t>(i)], owner[static_cast<size_t>(s.offset)]) << s.name << " split";
+    }
+  }
+  // The tensors outside the layers balance the fragments, largest first: wte to one fragment,
+  // then wpe and ln_f to the other, which is now the smaller.
+  EXPECT_NE(owner[static_cast<size_t>(segments[5].offset)], owner[static_cast<size_t>(segments[0].offset)]);
+  EXPECT_NE(owner[static_cast<size_t>(segments[8].offset)], owner[static_cast<size_t>(segments[0].offset)]);
+}
+
+// A fragment's outer step touches its elements only, and the overlap merge keeps the local
+// steps taken after the fragment's Δ went out.
+TEST(Fragments, AnOuterStepOnAFragmentLeavesTheOthersAndKeepsLaterLocalSteps) {
+  const torch::Tensor start = torch::arange(8, torch::kFloat32);
+  OuterOptimizer outer(start, OuterHyper{0.5, 0.0, false});
+  const Fragment fragment{{{1, 3}, {6, 8}}, 4};
+  torch::Tensor params = start.clone() - 1.0;  // every element moved by -1 in the inner steps
+  torch::Tensor delta;
+  outer.pseudo_gradient(params, fragment, delta);
+  EXPECT_TRUE(torch::equal(delta, torch::ones({4})));
+  const torch::Tensor sent = torch::tensor({0.0f, 1.0f, 5.0f, 6.0f});  // params[1,2,6,7] as sent
+  params -= 0.25;                                                        // a later local step
+  outer.step(delta, fragment, params, &sent);
+  // θ_g[fragment] = start - 0.5 * 1; params there = θ_g - 0.25; the others untouched.
+  const torch::Tensor expected = torch::tensor({-1.25f, 0.25f, 1.25f, 1.75f, 2.75f, 3.75f, 5.25f, 6.25f});
+  EXPECT_TRUE(torch::allclose(params, expected)) << params;
+  const torch::Tensor global = torch::tensor({0.0f, 0.5f, 1.5f, 3.0f, 4.0f, 5.0f, 5.5f, 6.5f});
+  EXPECT_TRUE(torch::allclose(outer.global(), global)) << outer.global();
 }
 
 }  // namespace

@@ -1,0 +1,29 @@
+#pragma once
+// Streaming DiLoCo's fragments (Note [Streaming fragments] in worker/outer_optimizer.h): the
+// flat parameters cut into F groups that take turns to go through the exchange. Torch-free:
+// a partition of the flat buffer's element ranges.
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "worker/parameter_segment.h"
+
+namespace gradbox::worker {
+
+struct Fragment {
+  std::vector<std::pair<int64_t, int64_t>> ranges;  // [begin, end) of the flat buffer, ascending
+  int64_t numel = 0;
+};
+
+// Layer l's parameters go to fragment l % F (a strided group of layers: each fragment spans the
+// depth of the model); the others (embeddings, final norm, head), largest first, to the
+// fragment that is smallest so far. A model with fewer layers than F has every parameter
+// tensor placed that way instead. Every element is in exactly one fragment.
+std::vector<Fragment> partition_fragments(const std::vector<ParameterSegment>& segments, int64_t fragments);
+
+// The layer a parameter belongs to: the first all-digit component of its name
+// ("transformer.h.3.attn.c_attn.weight" -> 3); -1 for one outside the layers.
+int64_t layer_of(const std::string& parameter_name);
+
+}  // namespace gradbox::worker
