@@ -84,6 +84,8 @@ class ElasticTest : public CliTest {
     return start_process(worker_argv(base, name, o), base / (name + "." + std::to_string(++generation) + ".log"));
   }
 
+  static void kill_the_publisher_mid_checkpoint(const fs::path& base, const std::vector<std::string>& sync,
+                                                int upload_mbps);
   static std::string logs(const fs::path& base, const std::string& name) {
     std::string out;
     for (const auto& entry : fs::directory_iterator(base))
@@ -230,11 +232,12 @@ TEST_F(ElasticTest, AJoinerWithAnotherModelOrCodecIsRefused) {
   EXPECT_EQ(exchange_stats(base, "a")["rejected_files"], 0);
 }
 
-TEST_F(ElasticTest, ThePublisherKilledMidCheckpointIsReplacedAndJoinersLoadACompleteOne) {
-  const fs::path base = dir("elastic_publisher");
-  // Uploads at 8 Mbit/s: a checkpoint (1.6 MB) takes ~2 s to go up, time to kill its publisher.
-  Options o = with(30, "a,b,c", {"--codec", "fp16"});
-  o.sync_extra = "--sim-bandwidth-mbps 8";
+// The body of the publisher-killed tests: `sync` are the rounds' flags (a round per step).
+void ElasticTest::kill_the_publisher_mid_checkpoint(const fs::path& base, const std::vector<std::string>& sync,
+                                                    int upload_mbps) {
+  // A checkpoint takes ~2 s to go up, time to kill its publisher.
+  Options o = with(30, "a,b,c", sync);
+  o.sync_extra = "--sim-bandwidth-mbps " + std::to_string(upload_mbps);
   const std::vector<std::string> names = {"a", "b", "c"};
   std::map<std::string, pid_t> pids;
   for (const std::string& name : names) pids[name] = start(base, name, o);
@@ -261,7 +264,7 @@ TEST_F(ElasticTest, ThePublisherKilledMidCheckpointIsReplacedAndJoinersLoadAComp
   ASSERT_FALSE(manifest_before_kill) << "the kill came too late to test a half-written checkpoint";
   const std::string survivor = pids.begin()->first;
   ASSERT_TRUE(wait_for([&] { return round_of(base, survivor) >= 16; })) << logs(base, survivor);
-  Options joiner = with(30, "", {"--codec", "fp16"});
+  Options joiner = with(30, "", sync);
   pids["d"] = start(base, "d", joiner);
   for (const auto& [name, pid] : pids) ASSERT_EQ(wait_process(pid), 0) << logs(base, name);
   // Someone else published step 10, and the half-written one was never loaded.
@@ -274,6 +277,21 @@ TEST_F(ElasticTest, ThePublisherKilledMidCheckpointIsReplacedAndJoinersLoadAComp
   const std::string model = final_model(base, survivor, o.steps);
   ASSERT_FALSE(model.empty());
   for (const auto& [name, pid] : pids) EXPECT_EQ(final_model(base, name, o.steps), model) << name;
+}
+
+TEST_F(ElasticTest, ThePublisherKilledMidCheckpointIsReplacedAndJoinersLoadACompleteOne) {
+  kill_the_publisher_mid_checkpoint(dir("elastic_publisher"), {"--codec", "fp16"}, 8);  // 1.6 MB
+}
+
+// The same in streaming DiLoCo rounds (two fragments, one a step): the checkpoint also holds θ_g
+// and the outer momentum (2.7 MB, so a faster upload keeps the timing), and the joiner starts
+// from θ_g. These steps are quicker: the next local checkpoint (step 15) would replace step 10's
+// before a 3 s failover began, and the folder would simply get step 15's.
+TEST_F(ElasticTest, StreamingDiLoCoPublisherKilledMidCheckpointIsReplacedAndJoinersLoadACompleteOne) {
+  kill_the_publisher_mid_checkpoint(dir("elastic_publisher_diloco"),
+                                    {"--codec", "fp16", "--sync", "diloco", "--inner-steps", "2", "--fragments", "2",
+                                     "--checkpoint-failover", "1"},
+                                    14);
 }
 
 TEST_F(ElasticTest, ALiveControlChangeIsAppliedAtTheSameRoundByAllAndSurvivesARestart) {
