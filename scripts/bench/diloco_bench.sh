@@ -26,7 +26,7 @@ OUT=${OUT:-out/diloco_bench}
 STEPS=${STEPS:-2000}
 SHORT_STEPS=${SHORT_STEPS:-200}
 WARMUP=${WARMUP:-500}
-CONFIGS=${CONFIGS:-"per-step-fp32-allgather per-step-fp16 per-step-emulated diloco-h10-fp16 diloco-h20-fp16 diloco-h50-fp16 diloco-h50-int8 diloco-h50-int4 warmup-diloco-h20-fp16"}
+CONFIGS=${CONFIGS:-"per-step-fp32-allgather per-step-fp16 per-step-emulated diloco-h10-fp16 diloco-h20-fp16 diloco-h50-fp16 diloco-h50-int8 diloco-h50-int4 diloco-h48-f4-o2-fp16 warmup-diloco-h20-fp16"}
 mkdir -p "$OUT/bin"
 [ -n "${TABLE_ONLY:-}" ] || cp build/bin/gradbox build/bin/gradbox-sync "$OUT/bin/"
 GRADBOX="$OUT/bin/gradbox"
@@ -79,12 +79,23 @@ run_config() {
         esac
       done
       emulate "$name" "${flags[@]}"; return ;;
-    diloco-h10-fp16) sync=(--sync diloco --inner-steps 10) ;;
-    diloco-h20-fp16) sync=(--sync diloco --inner-steps 20) ;;
-    diloco-h50-fp16) sync=(--sync diloco --inner-steps 50) ;;
-    diloco-h50-int8) sync=(--sync diloco --inner-steps 50) codec=int8 ;;
-    diloco-h50-int4) sync=(--sync diloco --inner-steps 50) codec=int4 ;;
-    warmup-diloco-h20-fp16) sync=(--sync diloco --inner-steps 20 --sync-warmup-steps "$WARMUP") ;;
+    # [warmup-]diloco-h<H>[-f<fragments>][-o<overlap steps>]-<codec>, e.g. diloco-h50-int4 or
+    # diloco-h48-f4-o2-fp16 (streaming: four fragments, each round overlapped with two steps).
+    diloco-* | warmup-diloco-*)
+      local part parts
+      sync=(--sync diloco)
+      IFS=- read -ra parts <<< "$name"
+      for part in "${parts[@]}"; do
+        case $part in
+          diloco) ;;
+          warmup) sync+=(--sync-warmup-steps "$WARMUP") ;;
+          h[0-9]*) sync+=(--inner-steps "${part#h}") ;;
+          f[0-9]*) sync+=(--fragments "${part#f}") ;;
+          o[0-9]*) sync+=(--overlap-steps "${part#o}") ;;
+          fp16 | bf16 | int8 | int4 | fp32) codec=$part ;;
+          *) echo "unknown part $part of configuration $name" >&2; exit 2 ;;
+        esac
+      done ;;
     *) echo "unknown configuration $name" >&2; exit 2 ;;
   esac
   local start=$SECONDS
@@ -115,22 +126,24 @@ for name in configs:
     tokens = max(r["tokens"] for r in metrics if "tokens" in r)  # all workers' tokens behind a's state
     val = [r["val_loss"] for r in metrics if "val_loss" in r]
     steps = max(r["step"] for r in metrics if "step" in r)
+    rounds = max((r["round"] for r in metrics if "round" in r), default=steps)
     rows[name] = dict(up=up / len(workers) / (tokens / 1e6), down=down / len(workers) / (tokens / 1e6),
+                      per_round=up / len(workers) / max(rounds, 1),
                       val=val[-1] if val else float("nan"), steps=steps, tokens=tokens)
 base = rows.get("per-step-fp32-allgather")
 ref = rows.get("per-step-emulated")
-print(f"\n{'configuration':26s} {'steps':>6s} {'up MB/Mtok':>11s} {'down MB/Mtok':>13s} {'vs fp32 AG':>11s} {'val loss':>9s} {'vs per-step':>12s}")
+print(f"\n{'configuration':30s} {'steps':>6s} {'up MB/Mtok':>11s} {'down MB/Mtok':>13s} {'up KB/round':>12s} {'vs fp32 AG':>11s} {'val loss':>9s} {'vs per-step':>12s}")
 for name in configs:
     r = rows[name]
     moved = r["up"] + r["down"]
     if name.endswith("emulated") or name.startswith("emulated-"):
-        up, down, ratio = "-", "-", "(no folder)"
+        up, down, per_round, ratio = "-", "-", "-", "(no folder)"
     else:
-        up, down = f"{r['up'] / 1e6:.3f}", f"{r['down'] / 1e6:.3f}"
+        up, down, per_round = f"{r['up'] / 1e6:.3f}", f"{r['down'] / 1e6:.3f}", f"{r['per_round'] / 1e3:.1f}"
         ratio = f"{(base['up'] + base['down']) / moved:.0f}x less" if base and name != "per-step-fp32-allgather" else "1x"
     if ref and r["steps"] == ref["steps"]:
         val, gap = f"{r['val']:.4f}", f"{100 * (r['val'] / ref['val'] - 1):+.1f}%"
     else:
         val, gap = "-", "(bytes only)"
-    print(f"{name:26s} {r['steps']:6d} {up:>11s} {down:>13s} {ratio:>11s} {val:>9s} {gap:>12s}")
+    print(f"{name:30s} {r['steps']:6d} {up:>11s} {down:>13s} {per_round:>12s} {ratio:>11s} {val:>9s} {gap:>12s}")
 PY

@@ -221,7 +221,8 @@ void Trainer::apply_fragment_round() {
     return;
   }
   if (result.control) pending_controls_[result.control->from_round] = *result.control;
-  tokens_ += static_cast<int64_t>(result.tokens);
+  // Every step is in one round of each fragment: fragment 0's rounds count each token once.
+  if (r.fragment == 0) tokens_ += static_cast<int64_t>(result.tokens);
   const Fragment& fragment = fragments_[r.fragment];
   const torch::Tensor* sent = r.sent.defined() ? &r.sent : nullptr;
   // A round nobody contributed to (a worker resuming the run alone only followed it) has no

@@ -414,6 +414,8 @@ TEST_F(DilocoTest, OneWorkersFragmentsWithOuterLrOneKeepEveryLocalStep) {
     const std::vector<nlohmann::json> rounds = records(run, "fragment");
     ASSERT_EQ(rounds.size(), static_cast<size_t>(kSteps / 2 + 1));
     for (size_t i = 0; i < rounds.size(); ++i) EXPECT_EQ(rounds[i]["fragment"], i % 2) << "round " << i + 1;
+    // Each step's tokens are in one round of each fragment, and counted once.
+    EXPECT_EQ(records(run, "tokens").back()["tokens"], kSteps * 8 * 32);
   }
 }
 
@@ -432,6 +434,7 @@ TEST_F(DilocoTest, StreamingFragmentsThroughTheFolderSendAHalfEachAndEndIdentica
   const std::vector<nlohmann::json> rounds = records(base / "a", "fragment");
   ASSERT_EQ(rounds.size(), static_cast<size_t>(kSteps / 2 + 1));
   for (const nlohmann::json& r : rounds) EXPECT_EQ(r["contributors"], 3) << r.dump();
+  EXPECT_EQ(records(base / "a", "tokens").back()["tokens"], kSteps * (4 + 2 + 3) * 32) << "every token once";
   // An int8 value is a byte (plus a scale per block and the files' headers); a whole delta
   // would be ~1 byte per parameter per round.
   const double bytes_per_round = exchange_stats(base / "a")["round_bytes_written"].get<double>() / rounds.size();
