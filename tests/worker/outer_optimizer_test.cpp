@@ -177,3 +177,39 @@ TEST(Fragments, AnOuterStepOnAFragmentLeavesTheOthersAndKeepsLaterLocalSteps) {
 
 }  // namespace
 }  // namespace gradbox::worker
+
+namespace gradbox::worker {
+namespace {
+
+// The outer step's tensor-op path on a GPU (the CPU has its own kernel): the same θ_g, momentum
+// and merged parameters as the CPU kernel, to float rounding, over a fragment of two ranges.
+// Skipped where no GPU is present: the check a GPU machine owes (README: tests on a GPU).
+TEST(Fragments, TheCudaOuterStepMatchesTheCpuKernel) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  torch::manual_seed(7);
+  const torch::Tensor start = torch::randn({1000});
+  const Fragment fragment{{{10, 300}, {600, 1000}}, 690};
+  torch::Tensor params[2] = {start - 0.01 * torch::randn({1000}), torch::Tensor()};
+  params[1] = params[0].to(torch::kCUDA);
+  OuterOptimizer outers[2] = {OuterOptimizer(start, OuterHyper{0.7, 0.9, true}),
+                              OuterOptimizer(start.to(torch::kCUDA), OuterHyper{0.7, 0.9, true})};
+  for (int round = 0; round < 3; ++round) {
+    torch::Tensor deltas[2], sent[2];
+    for (int d = 0; d < 2; ++d) {
+      outers[d].pseudo_gradient(params[d], fragment, deltas[d]);
+      sent[d] = torch::cat({params[d].narrow(0, 10, 290), params[d].narrow(0, 600, 400)}).to(torch::kCPU);
+    }
+    ASSERT_TRUE(torch::allclose(deltas[0], deltas[1], 1e-6, 1e-7));
+    const torch::Tensor later = 0.001 * torch::randn({1000});  // a local step after the send
+    for (int d = 0; d < 2; ++d) {
+      params[d] += later.to(params[d].device());
+      outers[d].step(deltas[0], fragment, params[d], &sent[d]);
+    }
+    EXPECT_TRUE(torch::allclose(outers[0].global(), outers[1].global().cpu(), 1e-5, 1e-6)) << "round " << round;
+    EXPECT_TRUE(torch::allclose(outers[0].momentum(), outers[1].momentum().cpu(), 1e-5, 1e-6)) << "round " << round;
+    EXPECT_TRUE(torch::allclose(params[0], params[1].cpu(), 1e-5, 1e-6)) << "round " << round;
+  }
+}
+
+}  // namespace
+}  // namespace gradbox::worker
