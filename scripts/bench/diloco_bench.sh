@@ -132,7 +132,8 @@ for name in configs:
                       val=val[-1] if val else float("nan"), steps=steps, tokens=tokens)
 base = rows.get("per-step-fp32-allgather")
 ref = rows.get("per-step-emulated")
-print(f"\n{'configuration':30s} {'steps':>6s} {'up MB/Mtok':>11s} {'down MB/Mtok':>13s} {'up KB/round':>12s} {'vs fp32 AG':>11s} {'val loss':>9s} {'vs per-step':>12s}")
+width = max(len(name) for name in configs)
+print(f"\n{'configuration':{width}s} {'steps':>6s} {'up MB/Mtok':>11s} {'down MB/Mtok':>13s} {'up KB/round':>12s} {'vs fp32 AG':>11s} {'val loss':>9s} {'vs per-step':>12s}")
 for name in configs:
     r = rows[name]
     moved = r["up"] + r["down"]
@@ -145,5 +146,5 @@ for name in configs:
         val, gap = f"{r['val']:.4f}", f"{100 * (r['val'] / ref['val'] - 1):+.1f}%"
     else:
         val, gap = "-", "(bytes only)"
-    print(f"{name:30s} {r['steps']:6d} {up:>11s} {down:>13s} {per_round:>12s} {ratio:>11s} {val:>9s} {gap:>12s}")
+    print(f"{name:{width}s} {r['steps']:6d} {up:>11s} {down:>13s} {per_round:>12s} {ratio:>11s} {val:>9s} {gap:>12s}")
 PY

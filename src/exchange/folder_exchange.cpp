@@ -431,7 +431,9 @@ class FolderExchange final : public GradientExchange {
     checkpoints_.maintain();
     collect_round_garbage(context_.mirror, round, context_.config.gc_window, checkpoints_.replay_floor());
     applied_round_ = round;
-    applied_tokens_ += result.tokens;
+    // A round carries one part of the state (LocalContribution::part): every token is in one
+    // round of each part, so part 0's rounds count each token once.
+    if (mine.part == 0) applied_tokens_ += result.tokens;
     last_loss_ = result.loss;
     publish_progress_heartbeat(waited);
     write_stats();

@@ -435,6 +435,10 @@ TEST_F(DilocoTest, StreamingFragmentsThroughTheFolderSendAHalfEachAndEndIdentica
   ASSERT_EQ(rounds.size(), static_cast<size_t>(kSteps / 2 + 1));
   for (const nlohmann::json& r : rounds) EXPECT_EQ(r["contributors"], 3) << r.dump();
   EXPECT_EQ(records(base / "a", "tokens").back()["tokens"], kSteps * (4 + 2 + 3) * 32) << "every token once";
+  // The exchange counts them once too: status's bytes per token are per token trained.
+  const ProcessResult status = run_process({kBinary, "status", "--shared", (base / "shared").string()});
+  EXPECT_NE(status.output.find("for 5.76e+03 tokens"), std::string::npos) << status.output;  // 20 x 9 x 32
+  EXPECT_NE(status.output.find("fragments=2 overlap=1"), std::string::npos) << status.output;
   // An int8 value is a byte (plus a scale per block and the files' headers); a whole delta
   // would be ~1 byte per parameter per round.
   const double bytes_per_round = exchange_stats(base / "a")["round_bytes_written"].get<double>() / rounds.size();
