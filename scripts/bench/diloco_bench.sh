@@ -63,8 +63,9 @@ run_config() {
     per-step-emulated) emulate "$name"; return ;;
     # The cluster's fp32 arithmetic in one process (loss only): cheap rows where the folder
     # would only cost time, such as hundreds of per-step warm-up rounds.
-    # emulated-[warmup-]diloco-h<H>[-olr<outer lr>][-om<outer momentum>], e.g.
-    # emulated-warmup-diloco-h20-olr0.5-om0.8: the outer step's sweep.
+    # emulated-[warmup-|wu<steps>-]diloco-h<H>[-olr<outer lr>][-om<outer momentum>], e.g.
+    # emulated-warmup-diloco-h20-olr0.5-om0.8: the outer step's sweep; wu1000: a warm-up of
+    # 1,000 per-step rounds instead of WARMUP.
     emulated-*diloco-h*)
       local flags=(--sync diloco) part parts
       IFS=- read -ra parts <<< "${name#emulated-}"
@@ -72,6 +73,7 @@ run_config() {
         case $part in
           diloco) ;;
           warmup) flags+=(--sync-warmup-steps "$WARMUP") ;;
+          wu[0-9]*) flags+=(--sync-warmup-steps "${part#wu}") ;;
           h*) flags+=(--inner-steps "${part#h}") ;;
           olr*) flags+=(--outer-lr "${part#olr}") ;;
           om*) flags+=(--outer-momentum "${part#om}") ;;

@@ -121,6 +121,7 @@ class FolderExchange final : public GradientExchange {
     const FolderExchangeConfig& c = context_.config;
     const double start = context_.clock.now_s();
     if (rounds_done_ == 0) first_round_start_s_ = start;
+    const uint64_t written_before = context_.stats.round_bytes_written;
     configs_.publish();
     configs_.check_peers(rounds_done_ == 0);
     const std::vector<std::string>* view = views_.expected(round);
@@ -178,6 +179,7 @@ class FolderExchange final : public GradientExchange {
       context_.clock.sleep_s(c.poll_interval_s);
     }
     result.wait_seconds = context_.clock.now_s() - start;
+    result.bytes_written = context_.stats.round_bytes_written - written_before;
     if (result.resync) return resync(result);
     return finish_round(round, mine, waited, result);
   }

@@ -37,6 +37,7 @@ struct RoundResult {
   double loss = std::numeric_limits<double>::quiet_NaN();  // token-weighted mean of contributors' losses
   int contributors = 0;
   double wait_seconds = 0;  // time blocked on peers and the folder
+  uint64_t bytes_written = 0;  // this worker's round files for it (contribution, agreements): its upload
   std::optional<AgreedControl> control;  // what this round's agreement says about live control
   // This replica is not the agreed state (it diverged, or fell behind what the folder keeps):
   // it must reload it (fetch_agreed_state) instead of applying this round.

@@ -181,12 +181,7 @@ void Trainer::outer_round(uint64_t round, size_t fragment, bool in_background) {
     if (in_background) {
       // The fragment's parameters as its Δ goes out: the steps taken after it are kept (Note
       // [Streaming fragments]).
-      r.sent = torch::empty({fragments_[fragment].numel}, torch::kFloat32);
-      int64_t at = 0;
-      for (const auto& [begin, end] : fragments_[fragment].ranges) {
-        r.sent.narrow(0, at, end - begin).copy_(flat_->params().narrow(0, begin, end - begin));
-        at += end - begin;
-      }
+      r.sent = gather_fragment(flat_->params(), fragments_[fragment]);
     }
     if (exchange_) {
       const bool overflow = !std::isfinite(delta_.norm().item<double>());
@@ -250,7 +245,7 @@ void Trainer::apply_fragment_round() {
   nlohmann::json line = {{"step", step_ + step_advance_}, {"round", r.round}, {"round_loss", result.loss},
                          {"round_tokens", result.tokens}, {"contributors", result.contributors},
                          {"inner_steps", r.inner_steps}, {"round_seconds", seconds},
-                         {"wait_seconds", result.wait_seconds}};
+                         {"wait_seconds", result.wait_seconds}, {"bytes_written", result.bytes_written}};
   if (fragments_.size() > 1) line["fragment"] = r.fragment;
   metrics_->write(line);
   if (exchange_ && !skip) {

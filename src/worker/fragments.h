@@ -17,9 +17,11 @@ struct Fragment {
 };
 
 // Layer l's parameters go to fragment l % F (a strided group of layers: each fragment spans the
-// depth of the model); the others (embeddings, final norm, head), largest first, to the
-// fragment that is smallest so far. A model with fewer layers than F has every parameter
-// tensor placed that way instead. Every element is in exactly one fragment.
+// depth of the model, and a layer's tensors stay together); the others (embeddings, final norm,
+// head) fill the fragments up to one level, largest first into the one with the most room,
+// cut at an element where a tensor does not fit, so the fragments are as even as the layers
+// allow (equal, to an element, when the others can fill the gaps). A model with fewer layers
+// than F has all its tensors placed that way instead. Every element is in exactly one fragment.
 std::vector<Fragment> partition_fragments(const std::vector<ParameterSegment>& segments, int64_t fragments);
 
 // The layer a parameter belongs to: the first all-digit component of its name

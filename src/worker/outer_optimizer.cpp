@@ -20,6 +20,14 @@ void for_each_range(const Fragment& fragment, F&& f) {
 
 }  // namespace
 
+torch::Tensor gather_fragment(const torch::Tensor& flat, const Fragment& fragment) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor out = torch::empty({fragment.numel}, torch::kFloat32);
+  for_each_range(fragment,
+                 [&](int64_t begin, int64_t n, int64_t at) { out.narrow(0, at, n).copy_(flat.narrow(0, begin, n)); });
+  return out;
+}
+
 OuterOptimizer::OuterOptimizer(const torch::Tensor& params, OuterHyper hyper)
     : hyper_(hyper), global_(params.detach().clone()), momentum_(torch::zeros_like(params)) {}
 

@@ -62,7 +62,7 @@
 //
 // Note [Streaming fragments]
 // --fragments F cuts the parameters into F fragments (worker/fragments.h: strided groups of
-// layers) and gives each its own DiLoCo round, in turn, every H/F steps: fragment p's Δ covers
+// layers, evened out by the embeddings and head, cut where need be) and gives each its own DiLoCo round, in turn, every H/F steps: fragment p's Δ covers
 // the H inner steps since its own last round (the first ones fewer), weighted by their tokens.
 // One exchange then carries ~1/F of the parameters, so the peak upload per round and the
 // folder's burst drop by F while the bytes per token stay those of H; the outer momentum is per
@@ -82,6 +82,9 @@
 #include "worker/fragments.h"
 
 namespace gradbox::worker {
+
+// The fragment's elements of a flat buffer, concatenated in its ranges' order, on the CPU.
+torch::Tensor gather_fragment(const torch::Tensor& flat, const Fragment& fragment);
 
 struct OuterHyper {
   double lr = 0.7;

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "worker/flat_parameters.h"
 #include "worker/optimizer.h"
@@ -142,17 +143,36 @@ TEST(Fragments, LayersAreStridedAndEveryElementIsInExactlyOneFragment) {
   const std::vector<int> owner = owners(two, n);
   for (const ParameterSegment& s : segments) {
     const int64_t layer = layer_of(s.name);
-    for (int64_t i = s.offset; i < s.offset + s.numel; ++i) {
-      if (layer >= 0) {
-        ASSERT_EQ(owner[static_cast<size_t>(i)], layer % 2) << s.name;
-      }
-      ASSERT_EQ(owner[static_cast<size_t>(i)], owner[static_cast<size_t>(s.offset)]) << s.name << " split";
-    }
+    if (layer < 0) continue;
+    for (int64_t i = s.offset; i < s.offset + s.numel; ++i) ASSERT_EQ(owner[static_cast<size_t>(i)], layer % 2) << s.name;
   }
-  // The tensors outside the layers balance the fragments, largest first: wte to one fragment,
-  // then wpe and ln_f to the other, which is now the smaller.
-  EXPECT_NE(owner[static_cast<size_t>(segments[5].offset)], owner[static_cast<size_t>(segments[0].offset)]);
-  EXPECT_NE(owner[static_cast<size_t>(segments[8].offset)], owner[static_cast<size_t>(segments[0].offset)]);
+  // The tensors outside the layers (4,624 elements) even the fragments out: wte (4,096) is cut,
+  // 2,312 into each fragment's room, and wpe and ln_f, which fit, stay whole.
+  EXPECT_EQ(two[0].numel, n / 2);
+  EXPECT_EQ(two[1].numel, n / 2);
+  const ParameterSegment& wte = segments[0];
+  EXPECT_EQ(std::count(owner.begin() + wte.offset, owner.begin() + wte.offset + wte.numel, 0), 2312);
+  for (size_t whole : {5u, 8u}) {
+    const ParameterSegment& s = segments[whole];
+    EXPECT_EQ(std::count(owner.begin() + s.offset, owner.begin() + s.offset + s.numel, owner[static_cast<size_t>(s.offset)]),
+              s.numel)
+        << s.name << " was cut though it fits";
+  }
+  // Three fragments of two layers: every tensor is placed by size, and the fragments are still
+  // even to an element.
+  const std::vector<Fragment> three = partition_fragments(segments, 3);
+  for (const Fragment& f : three) EXPECT_LE(std::abs(f.numel - n / 3), 1) << "fragment of " << f.numel;
+  // Layers that do not divide evenly (three over two fragments) leave a gap the others fill first.
+  std::vector<ParameterSegment> uneven;
+  int64_t at = 0;
+  for (const auto& [name, numel] : std::vector<std::pair<std::string, int64_t>>{
+           {"wte", 100}, {"h.0.w", 1000}, {"h.1.w", 1000}, {"h.2.w", 1000}}) {
+    uneven.push_back({name, at, numel, {numel}, true});
+    at += numel;
+  }
+  const std::vector<Fragment> gap = partition_fragments(uneven, 2);
+  EXPECT_EQ(gap[0].numel, 2000);  // layers 0 and 2
+  EXPECT_EQ(gap[1].numel, 1100);  // layer 1 and all of wte
 }
 
 // A fragment's outer step touches its elements only, and the overlap merge keeps the local
