@@ -100,6 +100,14 @@ std::optional<FolderCheckpoint> CheckpointDuty::newest(bool wait, double since) 
         broken_.insert(c.dir_rel);
         continue;
       }
+      if (replicas_.dissented_by(c.publisher, c.step)) {
+        // A replica on the losing side of a split can publish before it learns so: reloading
+        // its checkpoint would put this replica back on that side (seed 2362).
+        context_.log().warn(str(c.dir_rel, " was published by ", c.publisher,
+                                ", whose replica had lost the last fingerprint comparison before it; not loading it"));
+        broken_.insert(c.dir_rel);
+        continue;
+      }
       return c;
     }
     if (!wait) return std::nullopt;

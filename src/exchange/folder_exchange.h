@@ -64,7 +64,9 @@
 // Repair: after each fingerprint round, a replica whose checksum is held by a minority of the
 // replicas that reported (ties: the group holding the smallest worker name wins) reloads the
 // agreed state (RoundResult::resync), as does a follower whose next round is gone from the
-// folder while a newer checkpoint exists.
+// folder while a newer checkpoint exists. The agreed state is the newest folder checkpoint that
+// no fingerprint comparison contradicts: not one whose checksum lost its round, nor one whose
+// publisher had lost the comparison before it (it may have published before it knew).
 //
 // Note [Live control]
 // The run's control file <shared>/control.json (micro_batch, grad_accum, lr_multiplier,

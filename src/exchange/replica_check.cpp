@@ -92,7 +92,20 @@ uint64_t ReplicaCheck::winner(uint64_t round, uint64_t own, const std::map<std::
   });
   agreed_[round] = best->first;
   while (agreed_.size() > 64) agreed_.erase(agreed_.begin());
+  std::map<std::string, bool>& votes = votes_[round];
+  votes[context_.config.worker] = own == best->first;
+  for (const auto& [worker, checksum] : peers) votes[worker] = checksum == best->first;
+  while (votes_.size() > 64) votes_.erase(votes_.begin());
   return best->first;
+}
+
+bool ReplicaCheck::dissented_by(const std::string& worker, uint64_t step) const {
+  for (auto it = votes_.upper_bound(step); it != votes_.begin();) {
+    --it;
+    const auto vote = it->second.find(worker);
+    if (vote != it->second.end()) return !vote->second;
+  }
+  return false;
 }
 
 std::optional<uint64_t> ReplicaCheck::agreed(uint64_t round) const {

@@ -3,8 +3,9 @@
 // replica publishes the checksum of its parameters; every fingerprint it sees for a round, from
 // whoever published it (members, followers, the far side of a healed partition), is grouped
 // with its own. The largest group wins (a tie goes to the group holding the smallest name); a
-// replica outside it must reload the agreed state. Winners are remembered, so that a reload
-// never picks a checkpoint the replicas disagreed with. Torch-free; uses protobuf.
+// replica outside it must reload the agreed state. Winners and who held them are remembered,
+// so that a reload never picks a checkpoint the replicas disagreed with, nor one published by a
+// replica that had just lost. Torch-free; uses protobuf.
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -36,6 +37,10 @@ class ReplicaCheck {
   bool in_minority(uint64_t current_round);
   // The winning checksum of a round, when fingerprints of it were compared.
   std::optional<uint64_t> agreed(uint64_t round) const;
+  // Whether `worker` was outside the winning group at the newest compared round <= `step` in
+  // which its fingerprint was seen: its state at `step` (a checkpoint it published) likely grew
+  // from the losing branch, so a reload passes it over. Kept across reloads.
+  bool dissented_by(const std::string& worker, uint64_t step) const;
   void forget_own();  // after a reload: the old parameters are gone
 
  private:
@@ -47,6 +52,7 @@ class ReplicaCheck {
   std::map<uint64_t, uint64_t> own_;                            // round -> own checksum
   std::map<uint64_t, std::map<std::string, uint64_t>> peers_;   // round -> worker -> checksum
   std::map<uint64_t, uint64_t> agreed_;                         // round -> the winning checksum
+  std::map<uint64_t, std::map<std::string, bool>> votes_;       // round -> worker -> held the winner
   std::set<std::string> read_;                                  // fingerprint files already counted
 };
 
