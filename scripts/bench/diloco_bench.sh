@@ -63,7 +63,7 @@ run_config() {
     per-step-emulated) emulate "$name"; return ;;
     # The cluster's fp32 arithmetic in one process (loss only): cheap rows where the folder
     # would only cost time, such as hundreds of per-step warm-up rounds.
-    # emulated-[warmup-|wu<steps>-]diloco-h<H>[-olr<outer lr>][-om<outer momentum>], e.g.
+    # emulated-[warmup-|wu<steps>-]diloco-h<H>[-olr<outer lr>][-om<outer momentum>][-ils<inner lr scale>], e.g.
     # emulated-warmup-diloco-h20-olr0.5-om0.8: the outer step's sweep; wu1000: a warm-up of
     # 1,000 per-step rounds instead of WARMUP.
     emulated-*diloco-h*)
@@ -76,6 +76,7 @@ run_config() {
           wu[0-9]*) flags+=(--sync-warmup-steps "${part#wu}") ;;
           h*) flags+=(--inner-steps "${part#h}") ;;
           olr*) flags+=(--outer-lr "${part#olr}") ;;
+          ils*) flags+=(--inner-lr-scale "${part#ils}") ;;
           om*) flags+=(--outer-momentum "${part#om}") ;;
           *) echo "unknown part $part of configuration $name" >&2; exit 2 ;;
         esac

@@ -253,6 +253,9 @@ void add_train_command(CLI::App& app) {
                                       "every --inner-steps steps, then an outer Nesterov step)");
   flags->add("--inner-steps", &worker::TrainConfig::inner_steps, "DiLoCo: local steps per round (H)");
   flags->add("--outer-lr", &worker::TrainConfig::outer_lr, "DiLoCo: learning rate of the outer SGD step");
+  flags->add("--inner-lr-scale", &worker::TrainConfig::inner_lr_scale,
+             "DiLoCo: the inner steps' learning rate as a multiple of --lr's schedule (a worker's inner batch is "
+             "its own, not the cluster's)");
   flags->add("--outer-momentum", &worker::TrainConfig::outer_momentum, "DiLoCo: Nesterov momentum of the outer step");
   flags->add("--sync-warmup-steps", &worker::TrainConfig::sync_warmup_steps,
              "DiLoCo: per-step gradient rounds before the first DiLoCo round");

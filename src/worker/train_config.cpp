@@ -21,6 +21,7 @@ std::string to_string(SyncMode mode) { return mode == SyncMode::diloco ? "diloco
 std::string describe_sync(const TrainConfig& c) {
   if (c.sync == SyncMode::gradient) return "gradient";
   return str("diloco H=", c.inner_steps, " warmup=", c.sync_warmup_steps, " lr=", c.outer_lr, " momentum=", c.outer_momentum,
+             c.inner_lr_scale != 1.0 ? str(" inner-lr-scale=", c.inner_lr_scale) : "",
              c.outer_nesterov ? " nesterov" : " heavy-ball",
              c.fragments > 1 || c.overlap_steps > 0 ? str(" fragments=", c.fragments, " overlap=", c.overlap_steps) : "");
 }
@@ -82,6 +83,7 @@ void TrainConfig::validate() const {
   if (!emulate_workers.empty()) parse_emulated_workers(emulate_workers);
   GB_REQUIRE(inner_steps >= 1, "--inner-steps: must be >= 1, got ", inner_steps);
   GB_REQUIRE(outer_lr > 0, "--outer-lr: must be > 0, got ", outer_lr);
+  GB_REQUIRE(std::isfinite(inner_lr_scale) && inner_lr_scale > 0, "--inner-lr-scale: must be > 0, got ", inner_lr_scale);
   GB_REQUIRE(sync_warmup_steps >= 0, "--sync-warmup-steps: must be >= 0, got ", sync_warmup_steps);
   GB_REQUIRE(outer_momentum >= 0 && outer_momentum < 1, "--outer-momentum: must be in [0, 1), got ", outer_momentum);
   GB_REQUIRE(fragments >= 1, "--fragments: must be >= 1, got ", fragments);
@@ -169,6 +171,7 @@ nlohmann::json TrainConfig::to_json() const {
       {"sync", to_string(sync)},
       {"inner_steps", inner_steps},
       {"outer_lr", outer_lr},
+      {"inner_lr_scale", inner_lr_scale},
       {"outer_momentum", outer_momentum},
       {"outer_nesterov", outer_nesterov},
       {"sync_warmup_steps", sync_warmup_steps},
@@ -227,6 +230,7 @@ TrainConfig TrainConfig::from_json(const nlohmann::json& j, const std::string& w
   if (j.contains("sync")) { get("sync", text); c.sync = parse_sync(text); }
   get("inner_steps", c.inner_steps);
   get("outer_lr", c.outer_lr);
+  get("inner_lr_scale", c.inner_lr_scale);
   get("outer_momentum", c.outer_momentum);
   get("outer_nesterov", c.outer_nesterov);
   get("sync_warmup_steps", c.sync_warmup_steps);

@@ -69,6 +69,7 @@ struct TrainConfig {
   SyncMode sync = SyncMode::gradient;
   int64_t inner_steps = 50;
   double outer_lr = 0.7;
+  double inner_lr_scale = 1.0;  // diloco: the inner steps' learning rate, as a multiple of the lr schedule
   double outer_momentum = 0.9;
   bool outer_nesterov = true;
   int64_t sync_warmup_steps = 0;  // diloco: per-step gradient rounds first (DiLoCo starts from a data-parallel state)

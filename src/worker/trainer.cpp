@@ -286,7 +286,7 @@ void Trainer::skip_step(const char* why) {
 }
 
 double Trainer::train_step(double lr) {
-  if (in_diloco_phase()) return diloco_step(lr);
+  if (in_diloco_phase()) return diloco_step(lr * config_.inner_lr_scale);
   model_->train();
   const uint64_t round = static_cast<uint64_t>(round_ + 1);
   apply_due_control(round);

@@ -419,6 +419,33 @@ TEST_F(DilocoTest, OneWorkersFragmentsWithOuterLrOneKeepEveryLocalStep) {
   }
 }
 
+// --inner-lr-scale multiplies the whole schedule in DiLoCo's inner steps: one worker's rounds
+// with outer lr 1 and no momentum are plain training, so scale 0.5 on lr 0.5 is plain training
+// at lr 0.25 (and without the scale it is not).
+TEST_F(DilocoTest, InnerLrScaleScalesTheInnerSchedule) {
+  const fs::path base = dir("inner_lr_scale");
+  auto sgd = [](const char* lr, const char* min_lr) {
+    return std::vector<std::string>{"--optimizer", "sgd", "--lr", lr, "--min-lr", min_lr, "--grad-clip", "0"};
+  };
+  ASSERT_EQ(run_process(tiny(base / "plain", sgd("0.25", "0.025"))).exit_code, 0);
+  const std::vector<float> plain = all_floats(final_checkpoint(base / "plain") / "model.safetensors");
+  for (const std::string scale : {"0.5", "1"}) {
+    std::vector<std::string> flags = sgd("0.5", "0.05");
+    flags.insert(flags.end(), {"--sync", "diloco", "--inner-steps", "4", "--outer-lr", "1", "--outer-momentum", "0",
+                               "--inner-lr-scale", scale});
+    const fs::path run = base / ("scale" + scale);
+    const ProcessResult r = run_process(tiny(run, flags));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const double worst = largest_difference(plain, all_floats(final_checkpoint(run) / "model.safetensors"));
+    std::cout << "inner lr scale " << scale << ": largest difference from plain training at lr 0.25 " << worst << "\n";
+    if (scale == "0.5") EXPECT_LT(worst, 1e-5);
+    else EXPECT_GT(worst, 1e-4);
+  }
+  const ProcessResult bad = run_process(tiny(base / "bad", {"--sync", "diloco", "--inner-lr-scale", "0"}));
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("--inner-lr-scale: must be > 0"), std::string::npos) << bad.output;
+}
+
 // Three workers through the faulty simulated folder with two fragments, overlapped by a step,
 // int8 deltas (error feedback per fragment): every round carries about half the parameters,
 // and the replicas end on the same θ_g, byte for byte.
