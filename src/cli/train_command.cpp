@@ -179,6 +179,7 @@ exchange::FolderExchangeConfig exchange_config(const SharedFlags& f, const worke
   c.fingerprint_interval = f.fingerprint_interval;
   c.gc_window = f.gc_window;
   c.sync = worker::describe_sync(train);
+  c.late_entry = train.sync == worker::SyncMode::diloco && train.round_seconds > 0;  // Note [Late entry]
   GB_REQUIRE(!f.overlap || train.sync == worker::SyncMode::gradient, "--overlap: only with --sync gradient");
   return c;
 }

@@ -32,6 +32,9 @@ struct FolderExchangeConfig {
   // What a round averages, as peers must agree on it: "gradient", or the DiLoCo settings
   // (Note [DiLoCo rounds]); a peer with another is refused like one with another codec.
   std::string sync = "gradient";
+  // Time-boxed DiLoCo rounds (Note [Late entry] in folder_exchange.h): a caught-up follower
+  // contributes to the round in progress, and owners take such contributions when present.
+  bool late_entry = false;
   double contribution_timeout_s = 30;  // the ceiling of the adaptive contribution deadline
   double deadline_floor_s = 2;         // its floor
   double deadline_k = 4;               // deadline = median lag + k * spread (MAD), clamped

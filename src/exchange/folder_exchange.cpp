@@ -112,9 +112,16 @@ class FolderExchange final : public GradientExchange {
     return plan;
   }
 
-  bool will_contribute(uint64_t round) const override {
-    if (const std::vector<std::string>* view = views_.expected(round)) return contains(*view, context_.config.worker);
+  bool will_contribute(uint64_t round) override {
+    learn_open_round(round);
+    if (const std::vector<std::string>* view = views_.expected(round))
+      return contains(*view, context_.config.worker) || enters_late(round);
     return !beats_.anyone_live();  // nobody to follow: this worker may have to resume the run itself
+  }
+
+  double round_age_s(uint64_t round) const override {
+    if (!enters_late(round) || opened_.first != round || opened_.second <= 0) return 0;
+    return std::max(0.0, static_cast<double>(context_.clock.unix_ms() - opened_.second) / 1000.0);
   }
 
   RoundResult all_reduce(uint64_t round, float* grad, size_t n, const LocalContribution& mine) override {
@@ -125,7 +132,8 @@ class FolderExchange final : public GradientExchange {
     configs_.publish();
     configs_.check_peers(rounds_done_ == 0);
     const std::vector<std::string>* view = views_.expected(round);
-    agreement_.start(round, grad, n, mine, view ? *view : std::vector<std::string>{});
+    const bool guest = view && !contains(*view, c.worker) && enters_late(round) && mine.tokens > 0;
+    agreement_.start(round, grad, n, mine, view ? *view : std::vector<std::string>{}, guest);
     refresh_peers();
 
     RoundResult result;
@@ -333,6 +341,44 @@ class FolderExchange final : public GradientExchange {
       if (beat.state == "left" && beat.applied_round < agreement_.round() && contains(agreement_.members(), worker))
         departed.insert(worker);
     agreement_.set_departed(std::move(departed));
+    if (!context_.config.late_entry) return;
+    // Note [Late entry]: followers caught up to this round, as their beats say.
+    std::vector<std::string> guests;
+    for (const auto& [worker, beat] : beats_.peers())
+      if (beat.state == "ready" && beats_.fresh(beat) && beat.applied_round + 1 >= agreement_.round() &&
+          !contains(agreement_.members(), worker) && !configs_.refused(worker))
+        guests.push_back(worker);
+    agreement_.set_guests(std::move(guests));
+  }
+
+  // Note [Late entry]: a worker that starts from a checkpoint of round r-1 (a joiner, a
+  // restarted member) learns V_r and when round r opened from r-1's shard-0 agreement, which
+  // the folder keeps, and says "ready" once the folder shows nothing newer.
+  void learn_open_round(uint64_t round) {
+    const FolderExchangeConfig& c = context_.config;
+    if (!c.late_entry || left_ || round < 2 || views_.expected(round) || applied_round_ >= round) return;
+    const std::string dir = round_dir_name(round - 1);
+    std::optional<std::pair<uint32_t, std::string>> first;  // the agreement every replica applies: lowest epoch, then name
+    for (const mirror::Arrival& file : context_.mirror.list(dir)) {
+      const std::optional<AgreementName> parsed = parse_agreement_name(c.pattern, file.name);
+      if (parsed && parsed->shard == 0 && (!first || std::make_pair(parsed->epoch, file.name) < *first))
+        first = std::make_pair(parsed->epoch, file.name);
+    }
+    if (!first) return;
+    const std::optional<wire::WireFile> file = context_.read_checked(dir + "/" + first->second);
+    if (!file) return;
+    const wire::RoundView& view = c.pattern == ExchangePattern::sharded ? file->header.gradient().view()
+                                                                         : file->header.commit().view();
+    if (view.members_size() == 0 || view.agreed_unix_ms() <= 0) return;
+    views_.learn(round - 1, view);
+    opened_ = {round, view.agreed_unix_ms()};
+    applied_round_ = round - 1;
+    if (newest_round_seen() <= round) publish_heartbeat("ready");
+  }
+
+  // Note [Late entry]: a follower that has applied the round before this one and said "ready".
+  bool enters_late(uint64_t round) const {
+    return context_.config.late_entry && applied_round_ + 1 == round && beats_.last_state() == "ready";
   }
 
   void adopt_run_shards() {
@@ -398,6 +444,7 @@ class FolderExchange final : public GradientExchange {
     view->set_control_json(control.json);
     view->set_control_from_round(control.from_round);
     view->set_control_version(control.version);
+    view->set_agreed_unix_ms(context_.clock.unix_ms());
   }
 
   RoundResult resync(RoundResult result) {
@@ -417,6 +464,7 @@ class FolderExchange final : public GradientExchange {
     result.contributors = static_cast<int>(agreement_.contributors().size());
     result.loss = result.tokens > 0 ? loss_sum / static_cast<double>(result.tokens) : mine.loss;
     views_.learn(round, agreement_.view());
+    if (agreement_.view().members_size() > 0) opened_ = {round + 1, agreement_.view().agreed_unix_ms()};
     if (agreement_.view().members_size() > 0) result.control = control_.learn(agreement_.view());
     ExchangeStats& stats = context_.stats;
     ++stats.rounds;
@@ -484,6 +532,7 @@ class FolderExchange final : public GradientExchange {
   RoundAgreement agreement_;
   uint64_t rounds_done_ = 0;
   uint64_t applied_round_ = 0;
+  std::pair<uint64_t, int64_t> opened_{0, 0};  // a round, and when it opened by its shard-0 agreement's clock
   uint64_t step_ = 0;  // as the trainer last said (between_rounds); 0: one step per round
   uint64_t applied_tokens_ = 0;
   double first_round_start_s_ = 0;

@@ -68,6 +68,20 @@
 // no fingerprint comparison contradicts: not one whose checksum lost its round, nor one whose
 // publisher had lost the comparison before it (it may have published before it knew).
 //
+// Note [Late entry]
+// With time-boxed DiLoCo rounds (--round-seconds) a round may last an hour, and a joiner that
+// waited for the next view would idle through it. So (FolderExchangeConfig::late_entry) a
+// follower that has applied round r-1 and said "ready" computes round r's inner steps from
+// θ_g like everyone else and publishes its contribution as a guest: not in V_r, so no owner
+// waits for it and it owns nothing, but an owner that agrees the round while a guest's
+// contribution is there (checked like a member's, from a follower whose fresh beat says ready
+// and caught up) pins it among the contributors, and the guest is then in V_{r+1} as a
+// contributor. Its box closes with the round's: the shard-0 agreement of r-1 carries its
+// owner's wall clock, and the guest's box counts from it (the members' boxes open when they
+// applied it, a lag later, so the guest publishes no later than they do). A guest whose
+// contribution comes too late has lost only its own steps. Replicas still agree: the
+// agreement alone says who contributed.
+//
 // Note [Live control]
 // The run's control file <shared>/control.json (micro_batch, grad_accum, lr_multiplier,
 // weight_decay, dropout; see live_control.h) is mirrored by the syncer. When a shard-0 owner

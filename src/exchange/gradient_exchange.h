@@ -59,7 +59,11 @@ class GradientExchange {
   virtual JoinPlan join(const std::filesystem::path& run_dir, int64_t local_step) { return {true, std::nullopt}; }
   // False when this worker only follows the round (it is catching up or waiting to be let in):
   // its gradient is not needed.
-  virtual bool will_contribute(uint64_t round) const { return true; }
+  virtual bool will_contribute(uint64_t round) { return true; }
+  // For a worker that enters a time-boxed round already open (Note [Late entry] in
+  // folder_exchange.h): how long ago the round opened, so that its box closes with the others';
+  // 0 for everyone else.
+  virtual double round_age_s(uint64_t round) const { return 0; }
   // grad[0, n) holds this worker's mean gradient over `mine.tokens` tokens; on return it holds
   // the average every live replica applies for `round` (identical bytes on every replica).
   virtual RoundResult all_reduce(uint64_t round, float* grad, size_t n, const LocalContribution& mine) = 0;

@@ -52,7 +52,7 @@ bool RoundAgreement::skip() const {
 }
 
 void RoundAgreement::start(uint64_t round, float* grad, size_t n, const LocalContribution& mine,
-                           std::vector<std::string> members) {
+                           std::vector<std::string> members, bool guest) {
   const uint32_t shards = context_.config.shard_count;
   part_encoders_ = &encoders_[mine.part];
   if (part_encoders_->size() != shards) part_encoders_->assign(shards, codec::ErrorFeedbackEncoder(context_.config.codec));
@@ -62,6 +62,8 @@ void RoundAgreement::start(uint64_t round, float* grad, size_t n, const LocalCon
   mine_ = mine;
   members_ = std::move(members);
   member_ = contains(members_, context_.config.worker);
+  guest_ = guest && !member_;
+  guests_.clear();
   shards_.assign(shards, ShardOutcome{});
   own_payloads_.assign(shards, std::string());
   own_checksums_.assign(shards, 0);
@@ -74,7 +76,7 @@ void RoundAgreement::start(uint64_t round, float* grad, size_t n, const LocalCon
   counted_blind_ = false;
   overtaken_ = false;
   listings_at_start_ = context_.listings();
-  if (member_) publish_contributions();
+  if (member_ || guest_) publish_contributions();
   contributed_at_ = context_.clock.now_s();
   round_origin_ = contributed_at_;
 }
@@ -122,7 +124,8 @@ void RoundAgreement::check_new_contributions(const std::vector<mirror::Arrival>&
   for (const mirror::Arrival& file : arrivals) {
     std::optional<ContributionName> parsed = parse_contribution_name(file.name);
     if (!parsed || parsed->shard >= checked_.size() || parsed->worker == context_.config.worker ||
-        !contains(members_, parsed->worker) || checked_[parsed->shard].count(parsed->worker) ||
+        (!contains(members_, parsed->worker) && !contains(guests_, parsed->worker)) ||
+        checked_[parsed->shard].count(parsed->worker) ||
         !seen_contributions_.insert(file.name).second)
       continue;
     const std::string rel = round_dir() + "/" + file.name;
@@ -439,8 +442,9 @@ void RoundAgreement::request_contributions(uint32_t k) {
   if (context_.config.pattern != ExchangePattern::sharded) return;
   // Contributions are fetched on demand and their names end in unpredictable tokens: ask for
   // each member's by name prefix (Note [The syncer contract]).
-  for (const std::string& m : members_)
-    if (m != context_.config.worker) context_.mirror.request(str(round_dir(), "/", "g-", m, "-s", k, "-"));
+  for (const std::vector<std::string>* names : {&members_, &guests_})
+    for (const std::string& m : *names)
+      if (m != context_.config.worker) context_.mirror.request(str(round_dir(), "/", "g-", m, "-s", k, "-"));
 }
 
 }  // namespace gradbox::exchange

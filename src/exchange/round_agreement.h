@@ -51,14 +51,18 @@ class RoundAgreement {
 
   RoundAgreement(ExchangeContext& context, LagDeadline& deadline, DecideView decide_view, Refused refused);
 
-  // A new round. members: the agreed view of this round (empty: this worker only follows).
-  void start(uint64_t round, float* grad, size_t n, const LocalContribution& mine, std::vector<std::string> members);
+  // A new round. members: the agreed view of this round (empty: this worker only follows). A
+  // guest (Note [Late entry]) contributes without being a member: no owner waits for it.
+  void start(uint64_t round, float* grad, size_t n, const LocalContribution& mine, std::vector<std::string> members,
+             bool guest = false);
   // One look at the folder; true once every shard's agreement is applied into grad.
   bool poll();
   // Nobody else is left (whole-run resume): this worker becomes the round's only member.
   void become_sole_member();
   // Members of this round that announced their departure: no failover wait for them.
   void set_departed(std::set<std::string> departed) { departed_ = std::move(departed); }
+  // Followers whose contributions an owner takes when they are there (Note [Late entry]).
+  void set_guests(std::vector<std::string> guests) { guests_ = std::move(guests); }
 
   uint64_t round() const { return round_; }
   const std::vector<std::string>& members() const { return members_; }
@@ -127,6 +131,8 @@ class RoundAgreement {
   std::vector<std::string> members_;
   bool member_ = false;
   std::set<std::string> departed_;
+  std::vector<std::string> guests_;
+  bool guest_ = false;
   double contributed_at_ = 0;
   double round_origin_ = 0;  // when the round began as seen from here: the epoch windows' origin
   uint64_t listings_at_start_ = 0;

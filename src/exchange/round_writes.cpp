@@ -114,14 +114,14 @@ void RoundAgreement::publish_agreement(uint32_t k, uint32_t epoch) {
   for (const auto& [worker, checked] : checked_[k])
     if (!refused_(worker)) contributors.push_back(checked.contributor);
   std::sort(contributors.begin(), contributors.end(), [](const Contributor& a, const Contributor& b) { return a.worker < b.worker; });
-  context_.stats.contributions_left_out += members_.size() - contributors.size();
-  if (contributors.size() < members_.size()) {
-    std::string missing;
-    for (const std::string& m : members_)
-      if (std::none_of(contributors.begin(), contributors.end(), [&](const Contributor& x) { return x.worker == m; }))
-        missing += " " + m;
-    context_.log().warn(str("round ", round_, " shard ", k, ": agreed without", missing));
-  }
+  // Guests (Note [Late entry]) may be among them: only members are missed.
+  std::string missing;
+  for (const std::string& m : members_)
+    if (std::none_of(contributors.begin(), contributors.end(), [&](const Contributor& x) { return x.worker == m; })) {
+      missing += " " + m;
+      ++context_.stats.contributions_left_out;
+    }
+  if (!missing.empty()) context_.log().warn(str("round ", round_, " shard ", k, ": agreed without", missing));
   wire::FileHeader header = context_.new_header();
   wire::RoundView* view = nullptr;
   std::string payload;

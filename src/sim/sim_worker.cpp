@@ -173,7 +173,7 @@ void run_sim_worker(const SimWorkerSpec& spec, mirror::Mirror& mirror, mirror::C
   // Returns the steps taken: all of them, or (time-boxed) as many as fit, as the trainer does.
   auto inner_steps = [&](uint64_t round) {
     inner = local.params;
-    const double opened = clock.now_s();
+    const double opened = clock.now_s() - exchange->round_age_s(round);  // as the trainer
     int taken = 0;
     while (taken < spec.inner_steps) {
       toy_gradient(spec.name, round * 1000 + static_cast<uint64_t>(taken), inner, grad);

@@ -75,9 +75,14 @@ double Trainer::diloco_step(double lr) {
   const bool contributes = contributing_;
   LocalGradient local{std::numeric_limits<double>::quiet_NaN(), 0};
   if (contributes) {
-    // The box opens at this worker's first inner step of the round (a resumed or late-admitted
-    // worker's too: it has its own full box).
-    if (round_box_of_ != round) round_box_of_ = round, round_box_opened_ = std::chrono::steady_clock::now();
+    // The box opens at this worker's first inner step of the round; one entering a round
+    // already open (Note [Late entry] in exchange/folder_exchange.h) has what is left of it.
+    if (round_box_of_ != round) {
+      const double age = exchange_ ? exchange_->round_age_s(round) : 0.0;
+      round_box_of_ = round;
+      round_box_opened_ = std::chrono::steady_clock::now() -
+                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(age));
+    }
     ++round_inner_steps_;
     if (!emulated_.empty()) {
       local = emulated_inner_step(lr);

@@ -4,6 +4,7 @@
 // survive, each reproduced.
 #include <gtest/gtest.h>
 
+#include <iostream>
 #include <set>
 
 #include "common/error.h"
@@ -185,6 +186,65 @@ TEST(ElasticProtocol, ATimeBoxedRoundDoesNotWaitForASlowWorker) {
   int with_c = 0;
   for (const sim::SimObserver::Applied& a : unboxed.of("a")) with_c += a.contributors == 3;
   EXPECT_LT(with_c, 4) << "of 8 rounds held c's delta";
+}
+
+// Note [Late entry]: a worker joining during a time-boxed round's inner phase loads the folder
+// checkpoint of the round before, computes the inner steps left in the round's box and is in
+// its average; nobody waits for it. Without late entry it idles through the round and first
+// contributes to the next one.
+struct LateJoinRun {
+  uint64_t first_round_of_three = 0;  // the first round whose average held a, b and c (as a saw it)
+  int c_steps_then = 0;               // c's inner steps in it
+  double a_wait_then = 0;             // a's wait in it
+};
+
+LateJoinRun run_with_a_late_joiner(const std::string& name, bool late_entry) {
+  ElasticRun run(name, {"a", "b"});
+  auto spec = [&](const std::string& worker) {
+    sim::SimWorkerSpec s = run.spec(worker, 8);
+    s.inner_steps = 20;
+    s.compute_s = 1.0;
+    s.round_seconds = 20;
+    s.checkpoint_interval = 1;
+    s.exchange.contribution_timeout_s = 10;
+    s.exchange.failover_timeout_s = 20;
+    s.exchange.stale_after_s = 40;
+    s.exchange.give_up_timeout_s = 300;
+    s.exchange.late_entry = late_entry;
+    return s;
+  };
+  run.start(spec("a"));
+  run.start(spec("b"));
+  // Rounds take ~21 s: at 50 s round 3 is half done.
+  run.cluster().sim().at(50.0, [&] { run.start(spec("c")); });
+  run.cluster().sim().run_until(1e5);
+  EXPECT_TRUE(run.cluster().sim().failures().empty()) << run.cluster().sim().failures().front();
+  EXPECT_TRUE(run.divergent_rounds().empty()) << run.divergent_rounds().front();
+  const std::map<std::string, uint64_t> finals = run.observer().finals();
+  EXPECT_EQ(finals.size(), 3u);
+  if (finals.size() == 3) EXPECT_EQ(finals.at("a"), finals.at("c"));
+  LateJoinRun out;
+  for (const sim::SimObserver::Applied& a : run.observer().history())
+    if (a.worker == "a" && a.contributors == 3 && out.first_round_of_three == 0) {
+      out.first_round_of_three = a.round;
+      out.a_wait_then = a.wait_s;
+    }
+  for (const sim::SimObserver::Applied& c : run.observer().history())
+    if (c.worker == "c" && c.round == out.first_round_of_three) out.c_steps_then = c.inner_steps;
+  return out;
+}
+
+TEST(ElasticProtocol, AJoinerEntersTheTimeBoxedRoundInProgress) {
+  const LateJoinRun late = run_with_a_late_joiner("late_entry", true);
+  std::cout << "late entry: first round of three " << late.first_round_of_three << ", c's steps in it "
+            << late.c_steps_then << ", a waited " << late.a_wait_then << " s\n";
+  EXPECT_EQ(late.first_round_of_three, 3u) << "c's steps were in the round it joined";
+  EXPECT_GT(late.c_steps_then, 0);
+  EXPECT_LT(late.c_steps_then, 18) << "c had what was left of round 3's box, not a box of its own";
+  EXPECT_LT(late.a_wait_then, 2.0) << "a waited for c";
+  const LateJoinRun next = run_with_a_late_joiner("next_round", false);
+  std::cout << "without: first round of three " << next.first_round_of_three << "\n";
+  EXPECT_GT(next.first_round_of_three, 3u) << "without late entry c waits for the next view";
 }
 
 // The contribution deadline follows the lags it observes: from the ceiling down to what the
