@@ -280,6 +280,19 @@ class FolderExchange final : public GradientExchange {
     const double start = context_.clock.now_s();
     std::optional<FolderCheckpoint> newest = checkpoints_.newest(true, start);
     GB_CHECK(newest.has_value(), "no folder checkpoint to reload");
+    // Replaying from before a round this replica lost twice would lose it again (the agreements
+    // it sees are not the majority's): wait, bounded, for the majority's next checkpoint.
+    const uint64_t past = replicas_.must_reload_past();
+    if (newest->step < past)
+      context_.log().warn(str("a replay from the checkpoint of step ", newest->step, " came out in the minority of round ",
+                              past, " again; waiting for a checkpoint of step ", past, " or later"));
+    while (newest->step < past && context_.clock.now_s() - start < context_.config.give_up_timeout_s) {
+      context_.check_alive();
+      checkpoints_.maintain();
+      if (beats_.seconds_since_publish() >= context_.config.heartbeat_interval_s) publish_heartbeat("joining");
+      context_.clock.sleep_s(context_.config.poll_interval_s);
+      newest = checkpoints_.newest(true, start);
+    }
     fs::path dir = checkpoints_.fetch(*newest, run_dir, start);
     context_.log().warn(str("reloaded the agreed state: folder checkpoint of step ", newest->step, " by ", newest->publisher));
     views_.forget_expected();

@@ -53,12 +53,21 @@ bool ReplicaCheck::in_minority(uint64_t current_round) {
   for (auto it = own_.begin(); it != own_.end();) {
     const uint64_t round = it->first;
     std::map<std::string, uint64_t>& seen = peers_[round];
-    if (read_new(round, it->second, seen) && winner(round, it->second, seen) != it->second) {
-      context_.log().error(str("after round ", round, " this replica is in the minority; reloading the agreed state"));
-      minority = true;
+    // Judged again when new fingerprints came, or when this replica holds a new checksum for
+    // the round (a replay after a reload): the peers' fingerprints seen before still count.
+    const bool fresh = read_new(round, it->second, seen) | (judged_[round] != it->second);
+    if (fresh && !seen.empty()) {
+      judged_[round] = it->second;
+      if (winner(round, it->second, seen) != it->second) {
+        context_.log().error(str("after round ", round, " this replica is in the minority; reloading the agreed state"));
+        minority = true;
+        // A replay from an older checkpoint came out the same: only a checkpoint past this round mends it.
+        if (++times_outvoted_[round] >= 2) must_reload_past_ = std::max(must_reload_past_, round);
+      }
     }
     if (round + static_cast<uint64_t>(context_.config.gc_window) <= current_round) {
       peers_.erase(round);
+      judged_.erase(round);
       it = own_.erase(it);
     } else {
       ++it;
@@ -114,9 +123,6 @@ std::optional<uint64_t> ReplicaCheck::agreed(uint64_t round) const {
   return it->second;
 }
 
-void ReplicaCheck::forget_own() {
-  own_.clear();
-  peers_.clear();
-}
+void ReplicaCheck::forget_own() { own_.clear(); }
 
 }  // namespace gradbox::exchange

@@ -41,7 +41,10 @@ class ReplicaCheck {
   // which its fingerprint was seen: its state at `step` (a checkpoint it published) likely grew
   // from the losing branch, so a reload passes it over. Kept across reloads.
   bool dissented_by(const std::string& worker, uint64_t step) const;
-  void forget_own();  // after a reload: the old parameters are gone
+  void forget_own();  // after a reload: the old parameters are gone (the peers' fingerprints stay)
+  // The newest round this replica came out in the minority of twice, a reload and replay
+  // between: a reload must take a checkpoint of that step or later (0: any will do).
+  uint64_t must_reload_past() const { return must_reload_past_; }
 
  private:
   uint64_t winner(uint64_t round, uint64_t own, const std::map<std::string, uint64_t>& peers);
@@ -53,6 +56,9 @@ class ReplicaCheck {
   std::map<uint64_t, std::map<std::string, uint64_t>> peers_;   // round -> worker -> checksum
   std::map<uint64_t, uint64_t> agreed_;                         // round -> the winning checksum
   std::map<uint64_t, std::map<std::string, bool>> votes_;       // round -> worker -> held the winner
+  std::map<uint64_t, uint64_t> judged_;                         // round -> the own checksum last judged
+  std::map<uint64_t, int> times_outvoted_;                      // round -> times this replica lost it
+  uint64_t must_reload_past_ = 0;
   std::set<std::string> read_;                                  // fingerprint files already counted
 };
 

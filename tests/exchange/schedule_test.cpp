@@ -44,10 +44,12 @@ TEST(RandomSchedules, DilocoSeeds3001To3040) {
 // waited for forever, a dead member's silence taken for a live one's, an owner that left after
 // publishing, a restarted owner competing with its successor, an unseen agreement at the end,
 // a last round split 4 to 4 that replaying could not mend (1178), a split repaired from a
-// checkpoint that the losing side had published before it knew (2362: 14 rounds apart).
+// checkpoint that the losing side had published before it knew (2362: 14 rounds apart), a
+// replay that lost the same round again and again because a reload forgot the peers'
+// fingerprints (2638: 13 rounds).
 TEST(RandomSchedules, RegressionSeeds) {
   for (uint64_t seed : {2, 4, 6, 7, 8, 13, 14, 20, 23, 24, 29, 30, 31, 34, 37, 39, 40, 50, 53, 65, 66, 74, 77, 79,
-                        80, 90, 92, 97, 1178, 2362}) {
+                        80, 90, 92, 97, 1178, 2362, 2638}) {
     ScheduleOptions options;
     options.seed = seed;
     const ScheduleReport report = run_schedule(options);
