@@ -133,6 +133,9 @@ class FolderExchange final : public GradientExchange {
     configs_.check_peers(rounds_done_ == 0);
     const std::vector<std::string>* view = views_.expected(round);
     const bool guest = view && !contains(*view, c.worker) && enters_late(round) && mine.tokens > 0;
+    if (guest)
+      context_.log().info(str("round ", round, ": entered late with ", mine.tokens,
+                              " tokens; in the average if the round is not agreed before they arrive"));
     agreement_.start(round, grad, n, mine, view ? *view : std::vector<std::string>{}, guest);
     refresh_peers();
 

@@ -173,7 +173,8 @@ void run_sim_worker(const SimWorkerSpec& spec, mirror::Mirror& mirror, mirror::C
   // Returns the steps taken: all of them, or (time-boxed) as many as fit, as the trainer does.
   auto inner_steps = [&](uint64_t round) {
     inner = local.params;
-    const double opened = clock.now_s() - exchange->round_age_s(round);  // as the trainer
+    const double entered = clock.now_s();
+    const double opened = entered - exchange->round_age_s(round);  // as the trainer
     int taken = 0;
     while (taken < spec.inner_steps) {
       toy_gradient(spec.name, round * 1000 + static_cast<uint64_t>(taken), inner, grad);
@@ -181,8 +182,8 @@ void run_sim_worker(const SimWorkerSpec& spec, mirror::Mirror& mirror, mirror::C
       for (size_t i = 0; i < inner.size(); ++i) inner[i] -= static_cast<float>(spec.lr) * grad[i];
       ++taken;
       exchange->between_rounds((round - 1) * static_cast<uint64_t>(spec.inner_steps) + static_cast<uint64_t>(taken));
-      const double elapsed = clock.now_s() - opened;
-      if (spec.round_seconds > 0 && elapsed + elapsed / taken > spec.round_seconds) break;
+      const double mean_step = (clock.now_s() - entered) / taken;
+      if (spec.round_seconds > 0 && clock.now_s() - opened + mean_step > spec.round_seconds) break;
     }
     for (size_t i = 0; i < inner.size(); ++i) grad[i] = local.params[i] - inner[i];
     return taken;

@@ -80,7 +80,8 @@ double Trainer::diloco_step(double lr) {
     if (round_box_of_ != round) {
       const double age = exchange_ ? exchange_->round_age_s(round) : 0.0;
       round_box_of_ = round;
-      round_box_opened_ = std::chrono::steady_clock::now() -
+      round_first_step_ = std::chrono::steady_clock::now();
+      round_box_opened_ = round_first_step_ -
                           std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(age));
     }
     ++round_inner_steps_;
@@ -101,7 +102,7 @@ double Trainer::diloco_step(double lr) {
   if (in_flight_ && done >= in_flight_->apply_after_step) apply_fragment_round();
   if (reloaded_) return local.loss;
   const bool box_closed = contributes && config_.round_seconds > 0 && !round_ends_after_step(done) &&
-                          !another_fits(round_box_opened_, round_inner_steps_);
+                          !another_fits(round_box_opened_, round_first_step_, round_inner_steps_);
   if (box_closed) {
     // The round's other nominal steps are not taken: the schedule, the run's length and the
     // checkpoints count nominal steps, so every worker is at the same step after the round.

@@ -218,9 +218,8 @@ void Trainer::apply_due_control(uint64_t round) {
   metrics_->write({{"step", step_ + 1}, {"control", nlohmann::json::parse(control_json_)}});
 }
 
-bool Trainer::another_fits(Clock::time_point start, int64_t done) const {
-  const double elapsed = seconds_since(start);
-  return elapsed + elapsed / static_cast<double>(done) <= config_.round_seconds;
+bool Trainer::another_fits(Clock::time_point box_opened, Clock::time_point first_unit, int64_t done) const {
+  return seconds_since(box_opened) + seconds_since(first_unit) / static_cast<double>(done) <= config_.round_seconds;
 }
 
 Trainer::LocalGradient Trainer::compute_gradient(const BatchSampler& sampler, int64_t micro_batch) {
@@ -242,7 +241,7 @@ Trainer::LocalGradient Trainer::compute_gradient(const BatchSampler& sampler, in
     loss_sum += loss.item<double>();
     (loss * (loss_scale_ / static_cast<double>(accum))).backward();
     ++micro;
-    if (boxed && !another_fits(start, micro)) break;
+    if (boxed && !another_fits(start, start, micro)) break;
   }
   // The mean over the micro-batches taken; the exchange weights it by their tokens.
   if (micro < accum) flat_->grads().mul_(static_cast<double>(accum) / static_cast<double>(micro));

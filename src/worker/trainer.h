@@ -89,9 +89,10 @@ class Trainer {
   bool round_ends_after_step(int64_t step) const;  // a DiLoCo round ends when this step is done
   bool mid_round() const;                          // inside a DiLoCo round (not at its end)
   int64_t round_end_after(int64_t step) const;     // the step that ends the DiLoCo round `step` + 1 is in
-  // --round-seconds: whether one more unit of work, as long as the mean of the `done` so far,
-  // still ends inside the box that opened at `start`.
-  bool another_fits(std::chrono::steady_clock::time_point start, int64_t done) const;
+  // --round-seconds: whether one more unit, as long as the mean of the `done` units since `first_unit`, still ends
+  // inside the box opened at `box_opened` (earlier than the first unit for a late entrant).
+  bool another_fits(std::chrono::steady_clock::time_point box_opened, std::chrono::steady_clock::time_point first_unit,
+                    int64_t done) const;
   // Every checkpoint_interval steps; in DiLoCo rounds at the end of the round that passed one.
   bool interval_checkpoint_due() const;
   double diloco_step(double lr);                   // one inner step, and the outer round at its end
@@ -181,6 +182,7 @@ class Trainer {
   int64_t round_inner_steps_ = 0;  // the inner steps this worker took in the current round
   uint64_t round_box_of_ = 0;      // --round-seconds: the round whose box round_box_opened_ opened
   std::chrono::steady_clock::time_point round_box_opened_;
+  std::chrono::steady_clock::time_point round_first_step_;  // this worker's first inner step of the box's round
   // --emulate-workers with DiLoCo: each emulated worker's own parameters and inner moments.
   struct EmulatedReplica {
     torch::Tensor params, exp_avg, exp_avg_sq;

@@ -416,6 +416,44 @@ TEST_F(ElasticTest, DilocoRoundsSurviveKillsInsideARoundAndWhilePublishingAndLet
   for (const nlohmann::json& r : records(base / "a", "round")) EXPECT_EQ(r["step"].get<int>() % 4, 0) << r.dump();
 }
 
+// Note [Late entry] with real processes: a joiner arriving during a time-boxed DiLoCo round
+// (4 s boxes, more nominal steps than fit) computes the steps left in that round's box as a
+// guest, and the round's average holds them: a shows that round with three contributors.
+TEST_F(ElasticTest, ATimeBoxedDiLoCoJoinerComputesInTheRoundInProgress) {
+  const fs::path base = dir("late_entry");
+  const int h = 4000, steps = 6 * h;
+  const std::vector<std::string> sync = {"--sync", "diloco", "--inner-steps", std::to_string(h), "--round-seconds", "4",
+                                         "--checkpoint-interval", std::to_string(h), "--log-interval", "100000"};
+  std::map<std::string, pid_t> pids;
+  for (const std::string name : {"a", "b"}) pids[name] = start(base, name, with(steps, "a,b", sync));
+  ASSERT_TRUE(wait_for([&] { return round_of(base, "a") >= 2; })) << logs(base, "a");
+  pids["c"] = start(base, "c", with(steps, "", sync));
+  for (const auto& [name, pid] : pids) ASSERT_EQ(wait_process(pid), 0) << logs(base, name);
+
+  const std::string model = final_model(base, "a", steps);
+  ASSERT_FALSE(model.empty());
+  for (const std::string name : {"b", "c"}) EXPECT_EQ(final_model(base, name, steps), model) << name;
+  std::map<int, nlohmann::json> a_rounds;
+  for (const nlohmann::json& r : records(base / "a", "round")) a_rounds[r["round"].get<int>()] = r;
+  int entered = 0, c_steps = 0;
+  for (const nlohmann::json& r : records(base / "c", "round"))
+    if (r["inner_steps"].get<int>() > 0) {
+      entered = r["round"].get<int>();
+      c_steps = r["inner_steps"].get<int>();
+      break;
+    }
+  ASSERT_GT(entered, 2) << logs(base, "c");
+  const std::string log_c = logs(base, "c");
+  EXPECT_TRUE(contains(log_c, "round " + std::to_string(entered) + ": entered late with")) << log_c;
+  ASSERT_TRUE(a_rounds.count(entered));
+  const nlohmann::json& a_then = a_rounds[entered];
+  std::cout << "late entry: c entered round " << entered << " with " << c_steps << " inner steps; a took "
+            << a_then["inner_steps"] << ", waited " << a_then["wait_seconds"] << " s, contributors "
+            << a_then["contributors"] << "\n";
+  EXPECT_EQ(a_then["contributors"], 3) << "c's steps were in the round it entered";
+  EXPECT_LE(c_steps, a_then["inner_steps"].get<int>() + 5) << "c had what was left of the round's box";
+}
+
 TEST_F(ElasticTest, AllDiLoCoWorkersDieAndOneRestartResumesTheRun) {
   const fs::path base = dir("elastic_diloco_resume");
   Options o = with(32, "a,b", {"--sync", "diloco", "--inner-steps", "4"});
