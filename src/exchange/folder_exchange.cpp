@@ -374,7 +374,8 @@ class FolderExchange final : public GradientExchange {
     const FolderExchangeConfig& c = context_.config;
     if (!c.late_entry || left_ || round < 2 || views_.expected(round) || applied_round_ >= round) return;
     const std::string dir = round_dir_name(round - 1);
-    std::optional<std::pair<uint32_t, std::string>> first;  // the agreement every replica applies: lowest epoch, then name
+    // The agreement every replica applies: lowest epoch, then name.
+    std::optional<std::pair<uint32_t, std::string>> first;
     for (const mirror::Arrival& file : context_.mirror.list(dir)) {
       const std::optional<AgreementName> parsed = parse_agreement_name(c.pattern, file.name);
       if (parsed && parsed->shard == 0 && (!first || std::make_pair(parsed->epoch, file.name) < *first))

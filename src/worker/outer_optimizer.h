@@ -62,8 +62,9 @@
 //
 // Note [Streaming fragments]
 // --fragments F cuts the parameters into F fragments (worker/fragments.h: strided groups of
-// layers, evened out by the embeddings and head, cut where need be) and gives each its own DiLoCo round, in turn, every H/F steps: fragment p's Δ covers
-// the H inner steps since its own last round (the first ones fewer), weighted by their tokens.
+// layers, evened out by the embeddings and head, cut where need be) and gives each its own
+// DiLoCo round, in turn, every H/F steps: fragment p's Δ covers the H inner steps since its
+// own last round (the first ones fewer), weighted by their tokens.
 // One exchange then carries ~1/F of the parameters, so the peak upload per round and the
 // folder's burst drop by F while the bytes per token stay those of H; the outer momentum is per
 // element, so each fragment's outer step is DiLoCo's on its slice. A round is one fragment's:
