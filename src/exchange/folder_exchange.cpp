@@ -481,8 +481,10 @@ class FolderExchange final : public GradientExchange {
     result.contributors = static_cast<int>(agreement_.contributors().size());
     result.loss = result.tokens > 0 ? loss_sum / static_cast<double>(result.tokens) : mine.loss;
     views_.learn(round, agreement_.view());
-    if (agreement_.view().members_size() > 0) opened_ = {round + 1, agreement_.view().agreed_unix_ms()};
-    if (agreement_.view().members_size() > 0) result.control = control_.learn(agreement_.view());
+    if (agreement_.view().members_size() > 0) {
+      opened_ = {round + 1, agreement_.view().agreed_unix_ms()};
+      result.control = control_.learn(agreement_.view());
+    }
     ExchangeStats& stats = context_.stats;
     ++stats.rounds;
     ++rounds_done_;
