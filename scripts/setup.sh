@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(
   cmake ninja-build g++ pkg-config python3 python3-venv
-  libboost-filesystem-dev libzstd-dev libxxhash-dev libpcre2-dev
+  libboost-filesystem-dev libboost-context-dev libzstd-dev libxxhash-dev libpcre2-dev
   libprotobuf-dev protobuf-compiler libspdlog-dev libfmt-dev libgtest-dev
   libcli11-dev nlohmann-json3-dev libsentencepiece-dev rclone
   fortunes fortunes-ru bible-kjv bible-kjv-text

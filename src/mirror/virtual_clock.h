@@ -1,25 +1,25 @@
 #pragma once
 // Note [Simulation]
 // Many simulated processes (workers, syncers, a chaos monkey) running the protocol's real code
-// in one OS process on one virtual clock, FoundationDB style. Each process body runs on its own
-// std::thread, but a single baton lets exactly one thread (a process, or the driver that called
-// run_until) run at any moment. A process hands the baton back only inside sleep_s of the Clock
-// it was given; the driver then picks what runs next, strictly by virtual time, and at one time:
-// events (in the order at() was called), then processes whose sleep ends then (by id, which is
-// spawn order), then new processes and 0-second sleeps (in the order they happened). The same
-// program gives the same interleaving on every run: nothing here reads a real clock.
+// in one OS process on one virtual clock, FoundationDB style. Each process body runs as a
+// fiber (Boost.Context: its own stack, switched to and from on the caller's thread), so exactly
+// one process, or the driver that called run_until, runs at any moment, and handing over costs
+// a register swap instead of two thread wake-ups. A process gives control back only inside
+// sleep_s of the Clock it was given; the driver then picks what runs next, strictly by virtual
+// time, and at one time: events (in the order at() was called), then processes whose sleep
+// ends then (by id, which is spawn order), then new processes and 0-second sleeps (in the order
+// they happened). The same program gives the same interleaving on every run: nothing here
+// reads a real clock.
 // kill() is a kill -9: the victim's sleep_s throws Killed (not a std::exception, so protocol
 // code's catch (const std::exception&) cannot swallow it) and its stack unwinds at once, before
-// kill() returns. Not safe to call from threads other than the baton holder's. Torch-free.
-#include <condition_variable>
+// kill() returns. Everything runs on the thread that created the Simulation; call it from no
+// other. Torch-free.
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "mirror/clock.h"
@@ -36,7 +36,7 @@ class Simulation {
   using ProcessId = int;
 
   explicit Simulation(int64_t start_unix_ms = 1'700'000'000'000);
-  // kill_all(), then joins every thread.
+  // kill_all(): every process's stack is unwound before what it refers to goes.
   ~Simulation();
   Simulation(const Simulation&) = delete;
   Simulation& operator=(const Simulation&) = delete;
@@ -71,7 +71,7 @@ class Simulation {
 
  private:
   static constexpr int kDriver = -1;
-  enum class State { parked, running, finished };  // running: holds the baton or waits in kill()
+  enum class State { parked, running, finished };  // running: on the stack of switches now
   // What runs next: events (kind 0) before processes (kind 1) at one time; then tier (0 for
   // a sleep that ends at that time, rising for later 0-second sleeps and spawns); then id.
   struct Due {
@@ -85,17 +85,14 @@ class Simulation {
   class ProcessClock;
 
   void sleep(ProcessId id, double seconds);
-  void thread_main(ProcessId id);
-  // Gives the baton to id and waits (holding `lock`) until it comes back to `self`.
-  void hand_over(std::unique_lock<std::mutex>& lock, ProcessId id, int self);
-  std::condition_variable& cv_of(int id);
+  // Switches to process id until it sleeps or ends; from the driver, an event or a killer.
+  void resume(ProcessId id);
+  // The fiber's body: the process's body, then its end.
+  void run_process(Process& p);
   Process& process(ProcessId id) const;
-  void join_finished();
 
   const int64_t start_unix_ms_;
-  mutable std::mutex mutex_;
-  std::condition_variable driver_cv_;
-  int baton_ = kDriver;
+  int running_ = kDriver;  // the process whose code runs now
   bool in_run_ = false;
   double now_ = 0;
   uint64_t seq_ = 0;
@@ -103,7 +100,6 @@ class Simulation {
   std::set<Due> queue_;
   std::map<uint64_t, std::function<void()>> events_;
   std::vector<std::string> failures_;
-  std::vector<ProcessId> to_join_;
 };
 
 }  // namespace gradbox::mirror

@@ -229,11 +229,51 @@ TEST(Simulation, DestructorUnwindsParkedProcesses) {
   EXPECT_EQ(unwound, 1);
 }
 
+// Processes share one thread, whose runtime keeps "the exception being handled" and "how many
+// are unwinding": each process must see only its own, across sleeps.
+TEST(Simulation, EachProcessKeepsItsOwnExceptionsAcrossSleeps) {
+  Simulation sim;
+  Trace seen;
+  for (std::string name : {"a", "b"})
+    sim.spawn(name, [&seen, name](Clock& clock) {
+      try {
+        throw std::runtime_error(name);
+      } catch (const std::exception&) {
+        clock.sleep_s(1);  // the other one throws and catches meanwhile
+        try {
+          throw;  // this process's own exception
+        } catch (const std::exception& e) {
+          seen.push_back(str(name, " rethrew ", e.what()));
+        }
+      }
+    });
+  struct SleepsWhileUnwinding {
+    Clock& clock;
+    ~SleepsWhileUnwinding() { clock.sleep_s(1); }
+  };
+  sim.spawn("unwinding", [&seen](Clock& clock) {
+    try {
+      SleepsWhileUnwinding s{clock};
+      throw std::runtime_error("x");
+    } catch (const std::exception&) {
+    }
+    seen.push_back(str("unwinding done, in flight ", std::uncaught_exceptions()));
+  });
+  sim.spawn("bystander", [&seen](Clock& clock) {
+    clock.sleep_s(0.5);  // while the others sleep in a catch block and in a destructor
+    seen.push_back(str("bystander sees ", std::uncaught_exceptions(), " in flight"));
+  });
+  sim.run_until(5);
+  EXPECT_EQ(seen, (Trace{"bystander sees 0 in flight", "a rethrew a", "b rethrew b", "unwinding done, in flight 0"}));
+  EXPECT_TRUE(sim.failures().empty());
+  EXPECT_EQ(std::uncaught_exceptions(), 0);
+}
+
 // A busy little world: random sleeps, spawns from events and processes, kills from both.
 Trace chaos_trace(uint64_t seed) {
   Simulation sim;
   Recorder rec{sim};
-  std::mt19937_64 rng(seed);  // drawn only by the baton holder: the order is the schedule's
+  std::mt19937_64 rng(seed);  // drawn by one process at a time: the order is the schedule's
   Simulation::ProcessId last = 0;
   std::function<void(Clock&, std::string)> body = [&](Clock& clock, std::string name) {
     for (int i = 0;; ++i) {
