@@ -5,9 +5,13 @@
 //  - GB_CHECK: a broken invariant inside gradbox (a bug). Throws std::logic_error with
 //    file:line and the values involved.
 // Expected runtime events (a peer gone, a partial file) are values, not exceptions.
+#include <charconv>
+#include <concepts>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <type_traits>
 
 namespace gradbox {
 
@@ -16,12 +20,42 @@ class InputError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Concatenates its arguments with operator<< (like c10::str, usable without LibTorch).
+namespace detail {
+// Text and integers are appended directly: the protocol builds file names with str() in its
+// polling loops, where a std::ostringstream per call (locale, facets) cost more than the rest.
+// Everything else (floating point, enums, user types) goes through operator<<, unchanged.
+template <class T>
+concept AppendsDirectly = std::convertible_to<const T&, std::string_view> ||
+                          std::same_as<T, char> ||
+                          (std::integral<T> && !std::same_as<T, bool> && !std::same_as<T, signed char> &&
+                           !std::same_as<T, unsigned char> && !std::same_as<T, char8_t>);
+
+template <class T>
+void append(std::string& out, const T& value) {
+  if constexpr (std::convertible_to<const T&, std::string_view>) {
+    out += std::string_view(value);
+  } else if constexpr (std::same_as<T, char>) {
+    out += value;
+  } else {
+    char digits[24];
+    const auto end = std::to_chars(digits, digits + sizeof digits, value).ptr;
+    out.append(digits, end);
+  }
+}
+}  // namespace detail
+
+// Concatenates its arguments as operator<< would (like c10::str, usable without LibTorch).
 template <class... Args>
 std::string str(const Args&... args) {
-  std::ostringstream os;
-  (os << ... << args);
-  return os.str();
+  if constexpr ((detail::AppendsDirectly<Args> && ...)) {
+    std::string out;
+    (detail::append(out, args), ...);
+    return out;
+  } else {
+    std::ostringstream os;
+    (os << ... << args);
+    return os.str();
+  }
 }
 
 namespace detail {

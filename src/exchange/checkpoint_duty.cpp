@@ -76,7 +76,7 @@ void CheckpointDuty::maintain() {
     }
     const std::vector<FolderCheckpoint> folder = list_folder_checkpoints(context_.mirror, context_.identity());
     start_publish_if_due(folder);
-    prune_folder_checkpoints(context_.mirror, context_.identity(), context_.config.keep_folder_checkpoints);
+    prune_folder_checkpoints(context_.mirror, folder, context_.config.keep_folder_checkpoints);
     if (!folder.empty())
       replay_floor_ = folder[std::min(folder.size(), context_.config.keep_folder_checkpoints) - 1].step;
   } catch (const std::exception& e) {

@@ -431,9 +431,8 @@ bool fetch_folder_checkpoint(mirror::Mirror& mirror, const FolderCheckpoint& che
   return true;
 }
 
-void prune_folder_checkpoints(mirror::Mirror& mirror, const FileIdentity& identity, size_t keep) {
+void prune_folder_checkpoints(mirror::Mirror& mirror, const std::vector<FolderCheckpoint>& visible, size_t keep) {
   GB_CHECK(keep >= 1, "keep must be at least 1");
-  const std::vector<FolderCheckpoint> visible = list_folder_checkpoints(mirror, identity);
   if (visible.empty()) return;
   std::set<std::string> kept, listed;
   for (size_t i = 0; i < visible.size(); ++i) {

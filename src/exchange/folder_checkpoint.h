@@ -109,9 +109,10 @@ std::vector<FolderCheckpoint> list_folder_checkpoints(mirror::Mirror& mirror, co
 bool fetch_folder_checkpoint(mirror::Mirror& mirror, const FolderCheckpoint& checkpoint,
                              const FileIdentity& identity, const std::filesystem::path& target_dir);
 
-// Keeps the newest `keep` (>= 1) visible checkpoints: withdraws this worker's older published
-// ones (parts first, the manifest once no part has landed any more) and forgets the local mirror
-// (copies, requests) of older ones. Call it again later to finish.
-void prune_folder_checkpoints(mirror::Mirror& mirror, const FileIdentity& identity, size_t keep);
+// Keeps the newest `keep` (>= 1) of `visible` (list_folder_checkpoints, from this mirror and
+// with nothing waited since): withdraws this worker's older published ones (parts first, the
+// manifest once no part has landed any more) and forgets the local mirror (copies, requests) of
+// older ones. Call it again later to finish.
+void prune_folder_checkpoints(mirror::Mirror& mirror, const std::vector<FolderCheckpoint>& visible, size_t keep);
 
 }  // namespace gradbox::exchange

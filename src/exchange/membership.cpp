@@ -62,18 +62,23 @@ void Heartbeats::refresh() {
         context_.mirror.forget(rel);  // superseded
         continue;
       }
-      std::optional<wire::WireFile> wf = context_.read_checked(rel);
-      if (!wf || !wf->header.has_heartbeat()) continue;
-      const wire::Heartbeat& hb = wf->header.heartbeat();
-      if (hb.worker() != worker) {
-        context_.reject(rel, str(rel, ": a heartbeat of ", hb.worker(), " in the folder of ", worker));
-        continue;
+      auto known = newest_read_.find(worker);
+      if (known == newest_read_.end() || known->second.rel != rel) {
+        std::optional<wire::WireFile> wf = context_.read_checked(rel);
+        if (!wf || !wf->header.has_heartbeat()) continue;
+        const wire::Heartbeat& hb = wf->header.heartbeat();
+        if (hb.worker() != worker) {
+          context_.reject(rel, str(rel, ": a heartbeat of ", hb.worker(), " in the folder of ", worker));
+          continue;
+        }
+        known = newest_read_.insert_or_assign(
+            worker, ReadBeat{rel, PeerBeat{hb.state(), hb.applied_round(), 0, hb.incarnation(), hb.started_unix_ms()}}).first;
       }
       found = true;
-      PeerBeat beat{hb.state(), hb.applied_round(), std::max(0.0, static_cast<double>(now - file.arrived_unix_ms) / 1000.0),
-                    hb.incarnation(), hb.started_unix_ms()};
+      PeerBeat beat = known->second.beat;
+      beat.age_s = std::max(0.0, static_cast<double>(now - file.arrived_unix_ms) / 1000.0);
       if (worker == context_.config.worker) {
-        if (hb.incarnation() != context_.incarnation.id()) namesake_ = beat;
+        if (beat.incarnation != context_.incarnation.id()) namesake_ = beat;
       } else {
         peers_[worker] = beat;
       }

@@ -69,9 +69,17 @@ class Heartbeats {
   double seconds_since_publish() const;
 
  private:
+  // A heartbeat file as read and verified once: names are written once, so the same name
+  // never needs reading again.
+  struct ReadBeat {
+    std::string rel;
+    PeerBeat beat;  // age_s unset: it grows with every refresh
+  };
+
   ExchangeContext& context_;
   std::map<std::string, PeerBeat> peers_;
   std::optional<PeerBeat> namesake_;
+  std::map<std::string, ReadBeat> newest_read_;  // worker folder -> its newest beat read
   std::string last_name_, last_state_;
   int64_t last_sequence_ = 0;
   double last_published_s_ = -1e300;

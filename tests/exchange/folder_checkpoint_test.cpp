@@ -364,21 +364,21 @@ TEST(FolderCheckpoint, PruneKeepsTheNewestAndDropsPartsBeforeTheManifest) {
   const fs::path mirror100 = b / kInboxDir / folder_checkpoint_dir(100, 0, "a");
   ASSERT_TRUE(fs::exists(mirror100 / "part-0000.gbx.flag"));
 
-  prune_folder_checkpoints(ma, kRun, 2);
+  prune_folder_checkpoints(ma, list_folder_checkpoints(ma, kRun), 2);
   // Parts first; the manifest stays while their shared copies exist (.sent markers).
   EXPECT_FALSE(fs::exists(own100 / "part-0000.gbx"));
   EXPECT_TRUE(fs::exists(own100 / "part-0000.gbx.sent"));
   EXPECT_TRUE(fs::exists(own100 / "manifest.gbx"));
   apply_deletions(a);  // the syncer deletes the parts from the folder
-  prune_folder_checkpoints(ma, kRun, 2);
+  prune_folder_checkpoints(ma, list_folder_checkpoints(ma, kRun), 2);
   EXPECT_FALSE(fs::exists(own100 / "manifest.gbx"));
   apply_deletions(a);
-  prune_folder_checkpoints(ma, kRun, 2);
+  prune_folder_checkpoints(ma, list_folder_checkpoints(ma, kRun), 2);
   EXPECT_FALSE(fs::exists(own100));
   for (uint64_t step : {200, 300})
     EXPECT_TRUE(fs::exists(a / kOutboxDir / folder_checkpoint_dir(step, 0, "a") / "part-0000.gbx")) << step;
 
-  prune_folder_checkpoints(mb, kRun, 2);
+  prune_folder_checkpoints(mb, list_folder_checkpoints(mb, kRun), 2);
   EXPECT_FALSE(fs::exists(mirror100));
   EXPECT_FALSE(fs::exists(b / kRequestsDir / folder_checkpoint_dir(100, 0, "a")));
   EXPECT_TRUE(fs::exists(b / kInboxDir / folder_checkpoint_dir(200, 0, "a") / "part-0000.gbx.flag"));
@@ -387,7 +387,7 @@ TEST(FolderCheckpoint, PruneKeepsTheNewestAndDropsPartsBeforeTheManifest) {
   // Peers' checkpoints count too: b's step 400 supersedes a's step 200.
   publish(b, 400, "b");
   sync(b, a);
-  prune_folder_checkpoints(ma, kRun, 2);
+  prune_folder_checkpoints(ma, list_folder_checkpoints(ma, kRun), 2);
   EXPECT_FALSE(fs::exists(a / kOutboxDir / folder_checkpoint_dir(200, 0, "a") / "part-0000.gbx"));
   EXPECT_TRUE(fs::exists(a / kOutboxDir / folder_checkpoint_dir(300, 0, "a") / "part-0000.gbx"));
   fs::remove_all(root);
