@@ -11,5 +11,6 @@ void add_sample_command(CLI::App& app);
 void add_export_command(CLI::App& app);
 void add_import_command(CLI::App& app);
 void add_status_command(CLI::App& app);
+void add_simulate_command(CLI::App& app);
 
 }  // namespace gradbox::cli

@@ -96,7 +96,13 @@ void MemoryMirror::publish(const std::string& rel, std::string_view bytes) {
   outbox_[dir].emplace(name, OutFile{std::string(bytes), generation, false, 0});
   count_dirs(rel, +1);
   own_.insert(rel);
-  folder_.push(folder_.sim_.now_s() + folder_.faults_.upload_s, SimFolder::Kind::upload, index_, rel, generation);
+  double when = folder_.sim_.now_s() + folder_.faults_.upload_s;
+  if (folder_.faults_.upload_bytes_per_s > 0) {
+    when = std::max(when, upload_free_s_ + folder_.faults_.upload_s) +
+           folder_.transfer_s(rel, bytes.size(), folder_.faults_.upload_bytes_per_s);
+    upload_free_s_ = when;
+  }
+  folder_.push(when, SimFolder::Kind::upload, index_, rel, generation);
 }
 
 bool MemoryMirror::published(const std::string& rel) {
@@ -297,8 +303,17 @@ void SimFolder::advance() const {
   }
 }
 
-void SimFolder::push(double t, Kind kind, int disk, std::string rel, uint64_t id, int attempt) const {
-  queue_.push(Event{t, ++seq_, kind, disk, std::move(rel), id, attempt});
+void SimFolder::push(double t, Kind kind, int disk, std::string rel, uint64_t id, int attempt, bool downloaded) const {
+  queue_.push(Event{t, ++seq_, kind, disk, std::move(rel), id, attempt, downloaded});
+}
+
+uint64_t SimFolder::nominal(const std::string& rel, uint64_t bytes) const {
+  return faults_.nominal_bytes ? faults_.nominal_bytes(rel, bytes) : bytes;
+}
+
+double SimFolder::transfer_s(const std::string& rel, uint64_t bytes, double bytes_per_s) const {
+  if (bytes_per_s <= 0) return 0;
+  return static_cast<double>(nominal(rel, bytes)) / bytes_per_s;
 }
 
 void SimFolder::fire(const Event& e) const {
@@ -333,6 +348,7 @@ void SimFolder::fire_upload(const Event& e) const {
     f->landed = true;
     f->shared_id = id;
     ++counters_.landed;
+    d.uploaded_bytes_[e.rel.substr(0, e.rel.find('/'))] += nominal(e.rel, f->bytes.size());
     deliver_everywhere(e.rel, id, e.disk, e.t);
   } else if (it->second.bytes == f->bytes) {
     f->landed = true;  // the real syncer marks it sent: the folder holds exactly our bytes
@@ -352,7 +368,8 @@ void SimFolder::fire_deliver(const Event& e) const {
   if (it == shared_.end() || it->second.id != e.id || d.own_.contains(e.rel) || d.done_.contains(e.rel) ||
       (on_demand(e.rel) && !d.requested(e.rel)))
     return unschedule();  // deleted, replaced, published here meanwhile, or no longer wanted
-  if (in_outage(d, e.t)) return push(outage_end(d, e.t) + lag(), e.kind, e.disk, e.rel, e.id, e.attempt);
+  if (in_outage(d, e.t)) return push(outage_end(d, e.t) + lag(), e.kind, e.disk, e.rel, e.id, e.attempt, e.downloaded);
+  if (e.downloaded) return arrive(d, e, it->second);
   // A retry comes at the syncer's next pass at the earliest (also keeps lag 0 from spinning).
   if (e.attempt == 0 && faults_.partial > 0 && uniform() < faults_.partial) {
     ++counters_.partial_copies;
@@ -362,9 +379,19 @@ void SimFolder::fire_deliver(const Event& e) const {
     ++counters_.lost_listings;
     return push(e.t + std::max(lag(), faults_.pass_s), e.kind, e.disk, e.rel, e.id, e.attempt + 1);
   }
-  d.add_arrival(e.rel, {it->second.bytes, sim_.unix_ms_at(e.t)});
+  if (faults_.download_bytes_per_s > 0) {
+    // Seen whole in the listing: now it comes down the disk's link, after what is queued there.
+    d.download_free_s_ = std::max(d.download_free_s_, e.t) +
+                         transfer_s(e.rel, it->second.bytes.size(), faults_.download_bytes_per_s);
+    return push(d.download_free_s_, e.kind, e.disk, e.rel, e.id, e.attempt, true);
+  }
+  arrive(d, e, it->second);
+}
+
+void SimFolder::arrive(MemoryMirror& d, const Event& e, const SharedFile& file) const {
+  d.add_arrival(e.rel, {file.bytes, sim_.unix_ms_at(e.t)});
   d.done_.insert(e.rel);
-  unschedule();
+  if (auto s = d.scheduled_.find(e.rel); s != d.scheduled_.end() && s->second == e.id) d.scheduled_.erase(s);
   ++counters_.deliveries;
 }
 

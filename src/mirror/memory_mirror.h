@@ -10,15 +10,18 @@
 //     per (viewer, file), so arrivals come out of order; on-demand files ("part-...") only
 //     once that disk request()ed them; never a rel the disk itself ever published;
 //   - faults: a first partial copy (unflagged for another lag), lost listings (unseen for
-//     another lag), outages (no uploads, deletions, arrivals or settled passes meanwhile).
+//     another lag), outages (no uploads, deletions, arrivals or settled passes meanwhile);
+//   - links, when given a bandwidth: each disk uploads one file at a time and downloads one at
+//     a time, each charged its nominal size (FolderFaults::nominal_bytes).
 // Like the real syncer, a disk's syncer never re-fetches a rel it once flagged (forget() does
 // not bring it back) and lives as long as the disk: a restarted worker gets the same
 // MemoryMirror. State moves lazily: every call first plays the folder's events, in (time,
 // sequence) order, up to the simulation's now, so results do not depend on how often anyone
 // looks. Every random draw comes from one std::mt19937_64 in that order. Not thread-safe: it
-// relies on the Simulation's baton. Kill the processes using it (Simulation::kill_all) before
+// relies on the Simulation running one process at a time. Kill the processes using it (Simulation::kill_all) before
 // it is destroyed. Torch-free.
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -43,6 +46,13 @@ struct FolderFaults {
   double lost_listing = 0;  // probability a due file stays unseen for another lag
   double partial = 0;       // probability a viewer first gets a partial copy (unflagged a lag more)
   std::vector<std::string> on_demand_prefixes = {"part-"};
+  // Each disk's link (0: instant). Uploads go one at a time (the syncer's order), taking
+  // upload_s + size / upload_bytes_per_s; a file visible to a disk then downloads one at a time
+  // at download_bytes_per_s before it is flagged there. Neither draws a random number.
+  double upload_bytes_per_s = 0, download_bytes_per_s = 0;
+  // The size a file's transfer is charged for (empty: its bytes). The speed-up simulator runs
+  // a small model's files through the protocol and charges a large model's sizes.
+  std::function<uint64_t(const std::string& rel, uint64_t bytes)> nominal_bytes;
 };
 
 struct FolderCounters {
@@ -76,6 +86,9 @@ class MemoryMirror final : public Mirror {
   std::string where(const std::string& rel) const override;  // "mem://<disk>/<rel>"
 
   const std::string& name() const { return name_; }
+  // What this disk put into the shared folder, at nominal sizes (FolderFaults::nominal_bytes),
+  // by top-level folder ("rounds", "checkpoints", ...).
+  const std::map<std::string, uint64_t>& uploaded_bytes() const { return uploaded_bytes_; }
 
  private:
   friend class SimFolder;
@@ -114,6 +127,9 @@ class MemoryMirror final : public Mirror {
   std::vector<std::pair<double, double>> outages_;       // [from, to), sorted and disjoint
   std::optional<std::string> control_;
   uint64_t control_version_ = 0;
+  double upload_free_s_ = 0;    // when its link finishes the uploads queued so far
+  double download_free_s_ = 0;  // likewise for downloads
+  std::map<std::string, uint64_t> uploaded_bytes_;
 };
 
 class SimFolder {
@@ -152,6 +168,7 @@ class SimFolder {
     std::string rel;  // the control text for Kind::control
     uint64_t id;      // upload: generation; remove, deliver: shared id; control: version
     int attempt;      // deliver: earlier tries (only the first may be partial)
+    bool downloaded = false;  // deliver: over the disk's link already (download_bytes_per_s)
     bool operator>(const Event& o) const { return t != o.t ? t > o.t : seq > o.seq; }
   };
   struct SharedFile {
@@ -164,9 +181,13 @@ class SimFolder {
   // the state it moves is the lazily computed present, hence mutable.
   void advance() const;
   void fire(const Event& e) const;
-  void push(double t, Kind kind, int disk, std::string rel, uint64_t id, int attempt = 0) const;
+  void push(double t, Kind kind, int disk, std::string rel, uint64_t id, int attempt = 0, bool downloaded = false) const;
+  // Seconds the file's transfer takes at this rate (0 when the rate is 0: instant).
+  double transfer_s(const std::string& rel, uint64_t bytes, double bytes_per_s) const;
+  uint64_t nominal(const std::string& rel, uint64_t bytes) const;
   void fire_upload(const Event& e) const;
   void fire_deliver(const Event& e) const;
+  void arrive(MemoryMirror& d, const Event& e, const SharedFile& file) const;  // flagged in d's inbox
   void deliver_everywhere(const std::string& rel, uint64_t id, int owner, double t) const;
   void schedule_delivery(MemoryMirror& d, const std::string& rel, uint64_t id, double t) const;
   bool on_demand(const std::string& rel) const;

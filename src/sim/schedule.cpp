@@ -22,13 +22,6 @@ namespace fs = std::filesystem;
 
 std::string worker_name(int i) { return str("w", i); }
 
-// The workers' local folders (checkpoints, stats): in memory when the machine has a tmpfs, since
-// every local write is fsynced.
-fs::path scratch_root() {
-  std::error_code ec;
-  return fs::is_directory("/dev/shm", ec) ? fs::path("/dev/shm") : fs::temp_directory_path();
-}
-
 // Timeouts as a user sizes them for a folder (README): the failover window well above the
 // folder's p90 lag, so that an owner that is merely slow is rarely taken over. Outages and
 // pauses in a schedule still outlast them.

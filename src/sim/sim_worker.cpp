@@ -100,46 +100,43 @@ std::vector<float> initial_parameters(size_t n) {
 }
 
 void SimObserver::applied(const Applied& a) {
-  std::lock_guard lock(mutex_);
   history_.push_back(a);
 }
 
 void SimObserver::resynced(const std::string& worker, uint64_t round) {
-  std::lock_guard lock(mutex_);
   resyncs_[worker].push_back(round);
 }
 
 void SimObserver::finished(const std::string& worker, uint64_t checksum, double at_s) {
-  std::lock_guard lock(mutex_);
   finals_[worker] = checksum;
   last_finish_s_ = std::max(last_finish_s_, at_s);
 }
 
 double SimObserver::last_finish_s() const {
-  std::lock_guard lock(mutex_);
   return last_finish_s_;
 }
 
 std::vector<SimObserver::Applied> SimObserver::history() const {
-  std::lock_guard lock(mutex_);
   return history_;
 }
 
 std::map<std::string, uint64_t> SimObserver::finals() const {
-  std::lock_guard lock(mutex_);
   return finals_;
 }
 
 std::map<std::string, std::vector<uint64_t>> SimObserver::resyncs() const {
-  std::lock_guard lock(mutex_);
   return resyncs_;
 }
 
 uint64_t SimObserver::max_round() const {
-  std::lock_guard lock(mutex_);
   uint64_t newest = 0;
   for (const Applied& a : history_) newest = std::max(newest, a.round);
   return newest;
+}
+
+fs::path scratch_root() {
+  std::error_code ec;
+  return fs::is_directory("/dev/shm", ec) ? fs::path("/dev/shm") : fs::temp_directory_path();
 }
 
 void run_sim_worker(const SimWorkerSpec& spec, mirror::Mirror& mirror, mirror::Clock& clock, SimObserver& observer) {
@@ -229,7 +226,7 @@ void run_sim_worker(const SimWorkerSpec& spec, mirror::Mirror& mirror, mirror::C
       const std::vector<float> state = local.state();
       exchange->after_update(round, state.data(), state.size());
       observer.applied({spec.name, round, checksum_of(state), contributes, taken, result.wait_seconds,
-                       result.contributors});
+                       result.contributors, result.tokens, clock.now_s()});
       if (spec.checkpoint_interval > 0 && round % static_cast<uint64_t>(spec.checkpoint_interval) == 0) checkpoint();
     }
   };

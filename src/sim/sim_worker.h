@@ -10,7 +10,6 @@
 #include <filesystem>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
@@ -45,8 +44,8 @@ struct SimWorkerSpec {
   uint64_t perturb_after_round = 0;
 };
 
-// What the workers did, for invariant checks. Thread-safe (each worker runs on its own thread,
-// one at a time).
+// What the workers did, for invariant checks. Simulated processes run one at a time on the
+// simulation's thread (Note [Simulation]), so it needs no lock.
 class SimObserver {
  public:
   struct Applied {
@@ -57,6 +56,8 @@ class SimObserver {
     int inner_steps = 0;      // the steps behind its contribution (0 when it only followed)
     double wait_s = 0;        // the round's RoundResult::wait_seconds
     int contributors = 0;     // whose contributions the round's average holds
+    uint64_t tokens = 0;      // the round's average's tokens (RoundResult::tokens)
+    double at_s = 0;          // virtual time it was applied
   };
   void applied(const Applied& a);
   void resynced(const std::string& worker, uint64_t round);
@@ -69,7 +70,6 @@ class SimObserver {
   uint64_t max_round() const;
 
  private:
-  mutable std::mutex mutex_;
   std::vector<Applied> history_;
   std::map<std::string, uint64_t> finals_;
   double last_finish_s_ = 0;
@@ -82,5 +82,9 @@ void run_sim_worker(const SimWorkerSpec& spec, mirror::Mirror& mirror, mirror::C
 
 // The parameters every replica starts from (the founder's step-0 checkpoint holds them).
 std::vector<float> initial_parameters(size_t n);
+
+// Where simulated workers keep their local folders (checkpoints, stats): in memory when the
+// machine has a tmpfs, since every local write is fsynced.
+std::filesystem::path scratch_root();
 
 }  // namespace gradbox::sim

@@ -55,6 +55,60 @@ TEST(MemoryMirror, PublishLandsAfterUploadTimeAndIsWrittenOnce) {
   EXPECT_TRUE(a.list("r").empty());
 }
 
+// Links with a bandwidth: uploads queue on the writer's link, downloads on each reader's, and
+// a file is charged its nominal size (the speed-up simulator's large model).
+TEST(MemoryMirror, LinksQueueTransfersAndChargeNominalSizes) {
+  Simulation sim;
+  FolderFaults f = fixed_lag();
+  f.upload_bytes_per_s = 1000;
+  f.download_bytes_per_s = 4000;
+  f.nominal_bytes = [](const std::string& rel, uint64_t bytes) { return rel.starts_with("big/") ? 2000 : bytes; };
+  SimFolder folder(sim, 1, f);
+  MemoryMirror &a = folder.disk("a"), &b = folder.disk("b");
+  a.publish("big/x", "X");       // 2000 nominal bytes: up at 0.01 + 2 s
+  a.publish("big/y", "Y");       // after x on a's link: 2.01 + 0.01 + 2 s
+  a.publish("small/z", "zzzz");  // 4 bytes after both: 4.02 + 0.01 + 0.004 s
+  sim.run_until(2.009);
+  EXPECT_FALSE(a.landed("big/x"));
+  sim.run_until(2.0101);
+  EXPECT_TRUE(a.landed("big/x"));
+  EXPECT_FALSE(a.landed("big/y"));
+  sim.run_until(4.0201);
+  EXPECT_TRUE(a.landed("big/y"));
+  sim.run_until(4.0339);
+  EXPECT_FALSE(a.landed("small/z"));
+  sim.run_until(4.0341);
+  EXPECT_TRUE(a.landed("small/z"));
+  // b sees each 0.1 s after it landed and downloads x and y in 0.5 s each; z, seen at 4.134
+  // while y still comes down, waits for it on b's link.
+  sim.run_until(4.6205);
+  const std::vector<Arrival> big = b.list("big");
+  ASSERT_EQ(big.size(), 2u);
+  EXPECT_EQ(big[0].arrived_unix_ms, kStart + 2610);  // 2.01 + 0.1 + 0.5
+  EXPECT_EQ(big[1].arrived_unix_ms, kStart + 4620);  // 4.02 + 0.1 + 0.5
+  EXPECT_FALSE(b.read("small/z"));
+  sim.run_until(5);
+  EXPECT_EQ(b.read("small/z"), "zzzz");
+  EXPECT_EQ(b.list("small")[0].arrived_unix_ms, kStart + 4621);  // 4.62 + 0.001
+}
+
+TEST(MemoryMirror, DownloadsQueueOnTheReadersLink) {
+  Simulation sim;
+  FolderFaults f = fixed_lag();
+  f.download_bytes_per_s = 100;
+  SimFolder folder(sim, 1, f);
+  MemoryMirror &a = folder.disk("a"), &b = folder.disk("b"), &c = folder.disk("c");
+  a.publish("r/x", std::string(100, 'x'));  // lands at 0.01, seen at 0.11: down in 1 s
+  c.publish("r/y", std::string(50, 'y'));   // seen by b at 0.11 too, after x on b's link
+  sim.run_until(10);
+  std::vector<Arrival> got = b.list("r");
+  std::sort(got.begin(), got.end(), [](const Arrival& p, const Arrival& q) { return p.name < q.name; });
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].arrived_unix_ms, kStart + 1110);  // x: 0.11 + 1
+  EXPECT_EQ(got[1].arrived_unix_ms, kStart + 1610);  // y: queued behind x, + 0.5
+  EXPECT_EQ(c.list("r")[0].arrived_unix_ms, kStart + 1110);  // c's own link is free
+}
+
 TEST(MemoryMirror, DeliversToEveryOtherDiskAfterTheLag) {
   Simulation sim;
   SimFolder folder(sim, 1, fixed_lag());

@@ -1,0 +1,221 @@
+#include "sim/projection.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <map>
+#include <random>
+
+#include "common/error.h"
+#include "mirror/memory_mirror.h"
+#include "mirror/virtual_clock.h"
+#include "sim/sim_worker.h"
+
+namespace gradbox::sim {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr size_t kSimParameters = 48;  // the simulated model; the real one is only charged for
+
+std::string base_name(const std::string& rel) { return rel.substr(rel.rfind('/') + 1); }
+
+class ProjectionRun {
+ public:
+  explicit ProjectionRun(const ProjectionConfig& config)
+      : config_(config),
+        rng_(config.seed * 0x9e3779b97f4a7c15ull + 7),
+        root_(scratch_root() / str("gradbox_projection_", ::getpid(), "_", config.seed)),
+        compute_s_(static_cast<double>(config.tokens_per_step) / config.tokens_per_s),
+        rounds_(std::max<uint64_t>(2, static_cast<uint64_t>(std::ceil(config.hours * 3600 / (compute_s_ * std::max(1, config.inner_steps)))))),
+        folder_(sim_, config.seed, folder_model()) {
+    GB_REQUIRE(config.workers >= 1, "--workers must be at least 1, got ", config.workers);
+    GB_REQUIRE(config.tokens_per_s > 0 && config.tokens_per_step > 0, "tokens per second and per step must be positive");
+    GB_REQUIRE(config.mode != ProjectedMode::diloco || config.inner_steps >= 2, "DiLoCo needs --inner-steps >= 2");
+    fs::remove_all(root_);
+    for (int i = 0; i < config.workers; ++i) founders_.push_back(str("w", i));
+  }
+  ~ProjectionRun() {
+    sim_.kill_all();
+    std::error_code ec;
+    fs::remove_all(root_, ec);
+  }
+
+  Projection run() {
+    for (const std::string& name : founders_) start(name);
+    // Past the horizon a run that cannot finish (sessions dying faster than they catch up) is
+    // measured by the rounds it did finish.
+    sim_.run_until(config_.hours * 3600 * 20);
+    return measure();
+  }
+
+ private:
+  bool diloco() const { return config_.mode == ProjectedMode::diloco; }
+  bool sharded() const { return config_.mode == ProjectedMode::per_step_sharded; }
+  uint32_t shards() const { return sharded() ? static_cast<uint32_t>(config_.workers) : 1; }
+
+  mirror::FolderFaults folder_model() const {
+    mirror::FolderFaults f;
+    f.lag_median_s = config_.lag_median_s;
+    f.lag_p90_s = std::max(config_.lag_p90_s, config_.lag_median_s);
+    f.upload_s = config_.request_s;
+    f.pass_s = 1;  // a syncer lists the folder every second
+    f.lost_listing = config_.lost_listing;
+    f.partial = config_.partial;
+    f.on_demand_prefixes = {"part-"};
+    if (sharded()) f.on_demand_prefixes.push_back("g-");
+    f.upload_bytes_per_s = config_.upload_mb_s * 1e6;
+    f.download_bytes_per_s = config_.download_mb_s * 1e6;
+    const double gradient_bytes = static_cast<double>(config_.model_parameters) * config_.wire_bytes_per_parameter;
+    // A joiner needs the weights, AdamW's two moments and, with DiLoCo, the global weights and
+    // the outer momentum, all fp32.
+    const double checkpoint_bytes = static_cast<double>(config_.model_parameters) * 4 * (diloco() ? 5 : 3);
+    const uint32_t shard_count = shards();
+    f.nominal_bytes = [gradient_bytes, checkpoint_bytes, shard_count](const std::string& rel, uint64_t bytes) {
+      const std::string name = base_name(rel);
+      if (rel.starts_with("rounds/") && (name.starts_with("g-") || name.starts_with("r-s")))
+        return static_cast<uint64_t>(gradient_bytes / shard_count);
+      // The first part holds model.safetensors, the simulated model's whole state: it stands for
+      // the real checkpoint (the other parts are a few bytes of JSON either way).
+      if (rel.starts_with("checkpoints/") && name == "part-0000.gbx") return static_cast<uint64_t>(checkpoint_bytes);
+      return bytes;
+    };
+    return f;
+  }
+
+  exchange::FolderExchangeConfig exchange_config(const std::string& name, const fs::path& local) {
+    exchange::FolderExchangeConfig c;
+    c.run_id = "projection";
+    c.model_fingerprint = 0x5eed;
+    c.worker = name;
+    c.members = founders_;
+    c.local_dir = local;
+    c.pattern = sharded() ? exchange::ExchangePattern::sharded : exchange::ExchangePattern::all_gather;
+    c.shard_count = shards();
+    c.codec.codec = codec::Codec::fp32;
+    if (config_.wait_for_all) {
+      c.contribution_timeout_s = c.deadline_floor_s = 1e9;  // the source scheme: wait for everyone
+    } else {
+      c.contribution_timeout_s = config_.contribution_timeout_s;
+      c.deadline_floor_s = std::min(30.0, config_.contribution_timeout_s);
+    }
+    // As README sizes it: well above the folder's p90 lag, and above the contribution wait.
+    const double lag_p90 = std::max(config_.lag_p90_s, config_.lag_median_s);
+    c.failover_timeout_s = std::max({60.0, 8 * lag_p90, c.contribution_timeout_s + 60});
+    c.give_up_timeout_s = 1e9;
+    c.heartbeat_interval_s = 30;
+    c.stale_after_s = 2 * c.failover_timeout_s;
+    c.fingerprint_interval = 10;
+    c.gc_window = 4;
+    c.checkpoint_failover_s = 600;
+    c.keep_folder_checkpoints = 2;
+    c.checkpoint_part_bytes = 1ull << 30;  // one part: it is charged the real checkpoint's size
+    c.wait_for_syncer = true;
+    c.poll_interval_s = 1;
+    c.incarnation_seed = rng_() | 1;
+    return c;
+  }
+
+  // A session of the founder `seat`: a fresh disk (its own syncer and local folders) and, after
+  // the first, a new worker name (a notebook re-run under a new name joins as a new member).
+  void start(const std::string& seat) {
+    const int session = ++sessions_[seat];
+    const std::string name = session == 1 ? seat : str(seat, "s", session);
+    disks_.emplace_back(name, seat);
+    SimWorkerSpec spec;
+    spec.name = name;
+    spec.exchange = exchange_config(name, root_ / name / "local");
+    spec.run_dir = root_ / name / "run";
+    spec.rounds = rounds_;
+    const double round_s = compute_s_ * std::max(1, config_.inner_steps);
+    spec.checkpoint_interval = std::max<int64_t>(1, std::llround(config_.checkpoint_hours * 3600 / round_s));
+    spec.compute_s = compute_s_;
+    spec.parameters = kSimParameters;
+    spec.tokens_per_round = config_.tokens_per_step;
+    spec.inner_steps = diloco() ? config_.inner_steps : 1;
+    mirror::MemoryMirror& mirror = folder_.disk(name);
+    const mirror::Simulation::ProcessId id =
+        sim_.spawn(name, [this, spec, &mirror](mirror::Clock& clock) { run_sim_worker(spec, mirror, clock, observer_); });
+    if (config_.session_mean_hours > 0) plan_death(seat, id);
+  }
+
+  void plan_death(const std::string& seat, mirror::Simulation::ProcessId id) {
+    const double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53;
+    const double life_s = std::min(-config_.session_mean_hours * 3600 * std::log(1 - u), config_.session_cap_hours * 3600);
+    sim_.at(sim_.now_s() + life_s, [this, seat, id] {
+      if (!sim_.alive(id) || !observer_.finals().empty()) return;  // the run is over
+      sim_.kill(id);
+      ++deaths_;
+      sim_.at(sim_.now_s() + config_.setup_minutes * 60, [this, seat] {
+        if (!observer_.finals().empty()) return;
+        ++joins_;
+        start(seat);
+      });
+    });
+  }
+
+  Projection measure() const {
+    Projection p;
+    p.failures = sim_.failures();
+    p.one_worker_tokens_per_s = config_.tokens_per_s;
+    p.deaths = deaths_;
+    p.joins = joins_;
+    // Every replica applies the same rounds: a round counts once, when it was first applied.
+    std::map<uint64_t, std::pair<double, uint64_t>> rounds;  // round -> (first applied, tokens)
+    for (const SimObserver::Applied& a : observer_.history()) {
+      auto [it, fresh] = rounds.try_emplace(a.round, a.at_s, a.tokens);
+      if (!fresh) it->second = {std::min(it->second.first, a.at_s), std::max(it->second.second, a.tokens)};
+    }
+    if (rounds.empty()) return p;
+    double tokens = 0;
+    for (const auto& [round, entry] : rounds) tokens += static_cast<double>(entry.second);
+    const double end_s = rounds.rbegin()->second.first;
+    p.rounds = rounds.rbegin()->first;
+    p.virtual_hours = end_s / 3600;
+    p.cluster_tokens_per_s = end_s > 0 ? tokens / end_s : 0;
+    p.speedup = p.cluster_tokens_per_s / p.one_worker_tokens_per_s;
+    p.utilisation = p.speedup / config_.workers;
+    p.seconds_per_round = end_s / static_cast<double>(p.rounds);
+    std::map<std::string, std::pair<uint64_t, uint64_t>> uploaded;  // seat -> (all, rounds), over its sessions
+    for (const auto& [disk, seat] : disks_)
+      for (const auto& [folder, bytes] : folder_.disk(disk).uploaded_bytes()) {
+        uploaded[seat].first += bytes;
+        if (folder == "rounds") uploaded[seat].second += bytes;
+      }
+    std::pair<uint64_t, uint64_t> busiest{0, 0};
+    for (const auto& [seat, bytes] : uploaded) busiest = std::max(busiest, bytes);
+    const double days = end_s / 86400;
+    p.upload_gb_per_worker_day = static_cast<double>(busiest.first) / 1e9 / days;
+    p.round_upload_gb_per_worker_day = static_cast<double>(busiest.second) / 1e9 / days;
+    return p;
+  }
+
+  ProjectionConfig config_;
+  std::mt19937_64 rng_;
+  fs::path root_;
+  double compute_s_;
+  uint64_t rounds_;
+  mirror::Simulation sim_;
+  mutable mirror::SimFolder folder_;  // disk() is how it is looked at
+  SimObserver observer_;
+  std::vector<std::string> founders_;
+  std::vector<std::pair<std::string, std::string>> disks_;  // (disk = worker name, seat)
+  std::map<std::string, int> sessions_;
+  int deaths_ = 0, joins_ = 0;
+};
+
+}  // namespace
+
+const char* mode_name(ProjectedMode mode) {
+  switch (mode) {
+    case ProjectedMode::per_step_all_gather: return "per-step all-gather";
+    case ProjectedMode::per_step_sharded: return "per-step sharded";
+    case ProjectedMode::diloco: return "DiLoCo";
+  }
+  return "?";
+}
+
+Projection project(const ProjectionConfig& config) { return ProjectionRun(config).run(); }
+
+}  // namespace gradbox::sim

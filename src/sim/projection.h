@@ -1,0 +1,74 @@
+#pragma once
+// Note [Speed-up projection]
+// What a cluster of free sessions trains per second through a cloud folder, found by running
+// gradbox's own folder protocol in virtual time: every worker is a simulated worker
+// (sim_worker.h) running the real FolderExchange (agreement, deadlines, failover, joins,
+// folder checkpoints, repair) on the simulated folder (memory_mirror.h). What is modelled
+// instead of run, and how:
+//   - compute: a worker sleeps tokens_per_step / tokens_per_s per step (ComputeProfile);
+//   - transfers: each session's link uploads and downloads one file at a time at the given
+//     MB/s, and a file is charged the size it would have for the real model (contributions and
+//     reduced shards: parameters x wire bytes per parameter / shards; checkpoint parts: the
+//     fp32 state), while the simulated model itself is tiny;
+//   - the folder: a log-normal visibility lag per (viewer, file), a per-file request overhead,
+//     listings that miss a file for another lag, first copies that are partial;
+//   - sessions' lives: each session dies without warning after an exponential lifetime (capped,
+//     as Colab caps a session), and a new session under the same name comes back after a
+//     set-up time, with an empty disk: it joins from the newest folder checkpoint.
+// The projection is the run's own arithmetic: tokens in the agreed averages divided by the
+// virtual time they took, against one worker that only computes. Torch-free.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace gradbox::sim {
+
+enum class ProjectedMode { per_step_all_gather, per_step_sharded, diloco };
+const char* mode_name(ProjectedMode mode);
+
+struct ProjectionConfig {
+  int workers = 5;
+  uint64_t model_parameters = 774'030'080;  // GPT-2-Large
+  uint64_t tokens_per_step = 2 * 125 * 2048;  // per worker per optimizer step (the source run)
+  double tokens_per_s = 2000;               // one worker's compute, exchange aside
+  ProjectedMode mode = ProjectedMode::per_step_all_gather;
+  int inner_steps = 1;                      // DiLoCo: steps per round
+  double wire_bytes_per_parameter = 2;      // after the codec (fp16 + zstd ~ 2 / 1.2)
+  // The source scheme waits for every worker, every step; gradbox bounds the wait.
+  bool wait_for_all = false;
+  double contribution_timeout_s = 300;
+  // The folder and each session's link.
+  double upload_mb_s = 20, download_mb_s = 50;
+  double lag_median_s = 20, lag_p90_s = 120;
+  double request_s = 1;      // per file uploaded: the folder's own overhead
+  double lost_listing = 0;   // probability a listing misses a due file (another lag)
+  double partial = 0;        // probability a first copy is partial (another lag)
+  // Sessions: mean lifetime (0: they never die), the cap, and a new session's set-up before its
+  // worker starts (install, cached build, data); its checkpoint download is simulated.
+  double session_mean_hours = 0, session_cap_hours = 12, setup_minutes = 10;
+  // Folder checkpoints (weights and optimizer state, for joiners) every so many hours of
+  // compute; the first and the last are always published.
+  double checkpoint_hours = 1;
+  double hours = 24;         // virtual hours of training to project
+  uint64_t seed = 1;
+};
+
+struct Projection {
+  double cluster_tokens_per_s = 0;
+  double one_worker_tokens_per_s = 0;
+  double speedup = 0;        // cluster / one worker
+  double utilisation = 0;    // speedup / workers
+  double seconds_per_round = 0;
+  uint64_t rounds = 0;
+  double virtual_hours = 0;  // until the last round was applied
+  // The busiest worker's upload (over its sessions), per day of the run: everything, and the
+  // rounds' files alone (the rest is folder checkpoints, heartbeats, fingerprints).
+  double upload_gb_per_worker_day = 0;
+  double round_upload_gb_per_worker_day = 0;
+  int deaths = 0, joins = 0;
+  std::vector<std::string> failures;      // processes that ended with an error (none expected)
+};
+
+Projection project(const ProjectionConfig& config);
+
+}  // namespace gradbox::sim

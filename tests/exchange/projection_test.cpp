@@ -1,0 +1,121 @@
+// The speed-up projection (Note [Speed-up projection]) against what its model says a round
+// must cost, and against its limits: no folder costs nothing, a slow link costs its bytes,
+// fewer bytes per token (DiLoCo) pay off on a slow link, and dying sessions cost time.
+#include <gtest/gtest.h>
+
+#include "sim/projection.h"
+
+namespace gradbox::sim {
+namespace {
+
+// A small model on a fast folder: rounds of 100 s of compute, 1 hour of it.
+ProjectionConfig small() {
+  ProjectionConfig c;
+  c.workers = 4;
+  c.model_parameters = 10'000'000;
+  c.tokens_per_step = 100'000;
+  c.tokens_per_s = 1000;  // 100 s a step
+  c.wire_bytes_per_parameter = 2;
+  c.upload_mb_s = c.download_mb_s = 0;  // instant links
+  c.lag_median_s = c.lag_p90_s = 0;
+  c.request_s = 0;
+  c.hours = 1;
+  c.checkpoint_hours = 100;  // the first and the last only
+  return c;
+}
+
+void expect_clean(const Projection& p) {
+  EXPECT_TRUE(p.failures.empty()) << p.failures.front();
+  EXPECT_GT(p.rounds, 0u);
+}
+
+TEST(Projection, AFolderThatCostsNothingScalesWithTheWorkers) {
+  const Projection p = project(small());
+  expect_clean(p);
+  EXPECT_EQ(p.rounds, 36u);
+  // Only the protocol's own polls (1 s) and hops stand between the workers' steps.
+  EXPECT_GT(p.speedup, 3.8);
+  EXPECT_LE(p.speedup, 4.0);
+  EXPECT_NEAR(p.utilisation, p.speedup / 4, 1e-12);
+}
+
+// A round through a slow folder, per step, all-gather: the contribution goes up (request +
+// 20 MB at 10 MB/s), is seen a lag later, and each worker downloads the 3 others' one after
+// another (3 x 20 MB at 20 MB/s); the owner's small agreement then goes up and is seen a lag
+// later. Everything else is polling.
+TEST(Projection, ASlowFolderCostsWhatItsBytesAndLagCost) {
+  ProjectionConfig c = small();
+  c.upload_mb_s = 10;
+  c.download_mb_s = 20;
+  c.lag_median_s = c.lag_p90_s = 5;
+  c.request_s = 1;
+  const Projection p = project(c);
+  expect_clean(p);
+  const double exchange_s = (1 + 2.0) + 5 + 3 * 1.0 + (1 + 5);
+  EXPECT_NEAR(p.seconds_per_round, 100 + exchange_s, 0.2 * exchange_s) << p.seconds_per_round;
+  EXPECT_NEAR(p.speedup, 4 * 100 / p.seconds_per_round, 1e-6);
+  // The busiest worker uploads its 20 MB contribution per round, small files, and perhaps
+  // the first and last checkpoints (10M parameters x 12 bytes: weights and AdamW's moments).
+  const double days = p.virtual_hours / 24;
+  const double contributions_gb = 0.02 * static_cast<double>(p.rounds);
+  EXPECT_GE(p.round_upload_gb_per_worker_day, contributions_gb / days);
+  EXPECT_LT(p.round_upload_gb_per_worker_day, contributions_gb * 1.01 / days);
+  EXPECT_LT(p.upload_gb_per_worker_day, (contributions_gb * 1.01 + 2 * 0.12 + 0.01) / days);
+}
+
+TEST(Projection, DilocoPaysOffOnALinkTooSlowForPerStepRounds) {
+  ProjectionConfig c = small();
+  c.model_parameters = 200'000'000;  // 400 MB per contribution
+  c.upload_mb_s = 10;
+  c.download_mb_s = 20;
+  c.lag_median_s = 20;
+  c.lag_p90_s = 120;
+  c.hours = 4;
+  const Projection per_step = project(c);
+  c.mode = ProjectedMode::diloco;
+  c.inner_steps = 10;
+  const Projection diloco = project(c);
+  expect_clean(per_step);
+  expect_clean(diloco);
+  EXPECT_LT(per_step.speedup, 2.0);  // each round waits minutes for 1.6 GB of transfers
+  EXPECT_GT(diloco.speedup, 2 * per_step.speedup);
+  // A tenth of the rounds, each as big: a tenth of the bytes per step computed.
+  EXPECT_LT(diloco.round_upload_gb_per_worker_day / diloco.speedup,
+            per_step.round_upload_gb_per_worker_day / per_step.speedup / 8);
+}
+
+TEST(Projection, DyingSessionsCostTimeAndRejoin) {
+  ProjectionConfig c = small();
+  c.upload_mb_s = 50;
+  c.download_mb_s = 50;
+  c.lag_median_s = 2;
+  c.lag_p90_s = 10;
+  c.hours = 6;
+  const Projection immortal = project(c);
+  c.session_mean_hours = 1;
+  c.setup_minutes = 10;
+  const Projection mortal = project(c);
+  expect_clean(immortal);
+  expect_clean(mortal);
+  EXPECT_EQ(immortal.deaths, 0);
+  EXPECT_GT(mortal.deaths, 4);
+  EXPECT_GT(mortal.joins, 0);
+  EXPECT_EQ(mortal.rounds, immortal.rounds);  // the run still finishes
+  EXPECT_LT(mortal.speedup, immortal.speedup * 0.95);
+  EXPECT_GT(mortal.speedup, 1.0);
+}
+
+TEST(Projection, ASeedReplaysExactly) {
+  ProjectionConfig c = small();
+  c.lag_median_s = 3;
+  c.lag_p90_s = 20;
+  c.upload_mb_s = c.download_mb_s = 30;
+  c.session_mean_hours = 0.5;
+  const Projection a = project(c), b = project(c);
+  EXPECT_EQ(a.seconds_per_round, b.seconds_per_round);
+  EXPECT_EQ(a.deaths, b.deaths);
+  EXPECT_EQ(a.upload_gb_per_worker_day, b.upload_gb_per_worker_day);
+}
+
+}  // namespace
+}  // namespace gradbox::sim
