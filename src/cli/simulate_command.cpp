@@ -109,19 +109,22 @@ void run(const Options& o) {
               "links up %.0f / down %.0f MB/s, lag median %.0f s, p90 %.0f s; sessions %s\n",
               o.model.c_str(), c.tokens_per_s, o.tokens_per_s > 0 ? "given" : o.gpu.c_str(),
               static_cast<unsigned long long>(c.tokens_per_step), sim::mode_name(c.mode), c.wire_bytes_per_parameter,
-              c.mode == sim::ProjectedMode::diloco ? str(", H=", c.inner_steps).c_str() : "", c.upload_mb_s,
+              c.mode == sim::ProjectedMode::diloco
+                  ? str(", H=", c.inner_steps, c.round_seconds > 0 ? str(", rounds of ", c.round_seconds, " s") : "").c_str()
+                  : "",
+              c.upload_mb_s,
               c.download_mb_s, c.lag_median_s, c.lag_p90_s,
               c.session_mean_hours > 0 ? str("live ", c.session_mean_hours, " h on average (at most ", c.session_cap_hours,
                                              " h), ", c.setup_minutes, " min to set up").c_str()
                                        : "never die");
-  std::printf("%7s %10s %12s %9s %11s %10s %14s %7s %6s %8s\n", "workers", "s/round", "tokens/s", "speed-up",
-              "utilisation", "up GB/day", "(rounds' files)", "deaths", "joins", "hours");
+  std::printf("%7s %10s %13s %12s %9s %11s %10s %14s %7s %6s %8s\n", "workers", "s/round", "contributors",
+              "tokens/s", "speed-up", "utilisation", "up GB/day", "(rounds' files)", "deaths", "joins", "hours");
   for (int workers : parse_counts(o.workers)) {
     c.workers = workers;
     const sim::Projection p = sim::project(c);
     for (const std::string& f : p.failures) std::fprintf(stderr, "simulate: a simulated process failed: %s\n", f.c_str());
-    std::printf("%7d %10.1f %12.0f %8.2fx %10.0f%% %10.1f %14.1f %7d %6d %8.1f\n", workers, p.seconds_per_round,
-                p.cluster_tokens_per_s, p.speedup, 100 * p.utilisation, p.upload_gb_per_worker_day,
+    std::printf("%7d %10.1f %13.2f %12.0f %8.2fx %10.0f%% %10.1f %14.1f %7d %6d %8.1f\n", workers, p.seconds_per_round,
+                p.mean_contributors, p.cluster_tokens_per_s, p.speedup, 100 * p.utilisation, p.upload_gb_per_worker_day,
                 p.round_upload_gb_per_worker_day, p.deaths, p.joins, p.virtual_hours);
     std::fflush(stdout);
   }
@@ -144,6 +147,8 @@ void add_simulate_command(CLI::App& app) {
                 "The model fits without recomputing activations (else the forward runs twice)");
   cmd->add_option("--mode", o->mode, "per-step, per-step-sharded or diloco")->capture_default_str();
   cmd->add_option("--inner-steps", o->config.inner_steps, "DiLoCo: steps per round")->capture_default_str();
+  cmd->add_option("--round-seconds", o->config.round_seconds,
+                  "DiLoCo: time-boxed rounds of this many seconds (joiners enter the round in progress)");
   cmd->add_option("--codec", o->codec, "fp16-raw, fp16, int8 or int4 (wire bytes per parameter)")->capture_default_str();
   cmd->add_flag("--source-scheme", o->source_scheme,
                 "The source article's scheme: raw fp16 gradients, every worker waits for all, every step");

@@ -112,7 +112,8 @@ class ProjectionRun {
     c.keep_folder_checkpoints = 2;
     c.checkpoint_part_bytes = 1ull << 30;  // one part: it is charged the real checkpoint's size
     c.wait_for_syncer = true;
-    c.poll_interval_s = 1;
+    // Polls a thousand times a round at most: a finer poll only costs simulation time.
+    c.poll_interval_s = std::clamp(compute_s_ * std::max(1, config_.inner_steps) / 1000, 1.0, 10.0);
     c.incarnation_seed = rng_() | 1;
     return c;
   }
@@ -134,6 +135,10 @@ class ProjectionRun {
     spec.parameters = kSimParameters;
     spec.tokens_per_round = config_.tokens_per_step;
     spec.inner_steps = diloco() ? config_.inner_steps : 1;
+    if (diloco() && config_.round_seconds > 0) {  // time-boxed rounds, joiners enter late
+      spec.round_seconds = config_.round_seconds;
+      spec.exchange.late_entry = true;
+    }
     mirror::MemoryMirror& mirror = folder_.disk(name);
     const mirror::Simulation::ProcessId id =
         sim_.spawn(name, [this, spec, &mirror](mirror::Clock& clock) { run_sim_worker(spec, mirror, clock, observer_); });
@@ -162,15 +167,24 @@ class ProjectionRun {
     p.deaths = deaths_;
     p.joins = joins_;
     // Every replica applies the same rounds: a round counts once, when it was first applied.
-    std::map<uint64_t, std::pair<double, uint64_t>> rounds;  // round -> (first applied, tokens)
+    struct Round {
+      double first_applied_s;
+      uint64_t tokens;
+      int contributors;
+    };
+    std::map<uint64_t, Round> rounds;
     for (const SimObserver::Applied& a : observer_.history()) {
-      auto [it, fresh] = rounds.try_emplace(a.round, a.at_s, a.tokens);
-      if (!fresh) it->second = {std::min(it->second.first, a.at_s), std::max(it->second.second, a.tokens)};
+      auto [it, fresh] = rounds.try_emplace(a.round, Round{a.at_s, a.tokens, a.contributors});
+      if (!fresh) it->second.first_applied_s = std::min(it->second.first_applied_s, a.at_s);
     }
     if (rounds.empty()) return p;
-    double tokens = 0;
-    for (const auto& [round, entry] : rounds) tokens += static_cast<double>(entry.second);
-    const double end_s = rounds.rbegin()->second.first;
+    double tokens = 0, contributors = 0;
+    for (const auto& [round, r] : rounds) {
+      tokens += static_cast<double>(r.tokens);
+      contributors += r.contributors;
+    }
+    p.mean_contributors = contributors / static_cast<double>(rounds.size());
+    const double end_s = rounds.rbegin()->second.first_applied_s;
     p.rounds = rounds.rbegin()->first;
     p.virtual_hours = end_s / 3600;
     p.cluster_tokens_per_s = end_s > 0 ? tokens / end_s : 0;

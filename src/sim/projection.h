@@ -33,6 +33,9 @@ struct ProjectionConfig {
   double tokens_per_s = 2000;               // one worker's compute, exchange aside
   ProjectedMode mode = ProjectedMode::per_step_all_gather;
   int inner_steps = 1;                      // DiLoCo: steps per round
+  // DiLoCo: > 0 time-boxes rounds to this many seconds, and a joiner computes in the round in
+  // progress (Note [Late entry] in exchange/folder_exchange.h) instead of waiting for the next.
+  double round_seconds = 0;
   double wire_bytes_per_parameter = 2;      // after the codec (fp16 + zstd ~ 2 / 1.2)
   // The source scheme waits for every worker, every step; gradbox bounds the wait.
   bool wait_for_all = false;
@@ -59,6 +62,7 @@ struct Projection {
   double speedup = 0;        // cluster / one worker
   double utilisation = 0;    // speedup / workers
   double seconds_per_round = 0;
+  double mean_contributors = 0;  // in a round's average (workers left out by a deadline lose that round's compute)
   uint64_t rounds = 0;
   double virtual_hours = 0;  // until the last round was applied
   // The busiest worker's upload (over its sessions), per day of the run: everything, and the

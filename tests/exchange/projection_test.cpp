@@ -37,6 +37,7 @@ TEST(Projection, AFolderThatCostsNothingScalesWithTheWorkers) {
   EXPECT_GT(p.speedup, 3.8);
   EXPECT_LE(p.speedup, 4.0);
   EXPECT_NEAR(p.utilisation, p.speedup / 4, 1e-12);
+  EXPECT_EQ(p.mean_contributors, 4.0);  // nobody is ever late
 }
 
 // A round through a slow folder, per step, all-gather: the contribution goes up (request +
