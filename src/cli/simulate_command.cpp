@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "common/error.h"
+#include "common/log.h"
 #include "sim/projection.h"
 
 namespace gradbox::cli {
@@ -54,7 +55,7 @@ std::vector<int> parse_counts(const std::string& text) {
   std::vector<int> counts;
   std::stringstream in(text);
   for (std::string item; std::getline(in, item, ',');) {
-    GB_REQUIRE(!item.empty() && item.find_first_not_of("0123456789") == std::string::npos,
+    GB_REQUIRE(!item.empty() && item.size() <= 3 && item.find_first_not_of("0123456789") == std::string::npos,
                "--workers: '", item, "' is not a worker count (say 5, or 1,2,4,8,16)");
     counts.push_back(std::stoi(item));
     GB_REQUIRE(counts.back() >= 1 && counts.back() <= 256, "--workers: ", counts.back(), " outside 1..256");
@@ -73,10 +74,14 @@ struct Options {
   std::string mode = "per-step";
   std::string codec = "fp16";
   bool source_scheme = false;
+  bool worker_logs = false;
   sim::ProjectionConfig config;
 };
 
 void run(const Options& o) {
+  // The simulated workers log as real ones do: thousands of lines a projection.
+  if (!o.worker_logs) log::setup(log::Level::error);
+  const std::vector<int> worker_counts = parse_counts(o.workers);
   sim::ProjectionConfig c = o.config;
   const auto shape = model_shapes().find(o.model);
   GB_REQUIRE(shape != model_shapes().end(), "--model: unknown '", o.model, "' (gpt2, gpt2-medium, gpt2-large, gpt2-xl)");
@@ -119,7 +124,7 @@ void run(const Options& o) {
                                        : "never die");
   std::printf("%7s %10s %13s %12s %9s %11s %10s %14s %7s %6s %8s\n", "workers", "s/round", "contributors",
               "tokens/s", "speed-up", "utilisation", "up GB/day", "(rounds' files)", "deaths", "joins", "hours");
-  for (int workers : parse_counts(o.workers)) {
+  for (int workers : worker_counts) {
     c.workers = workers;
     const sim::Projection p = sim::project(c);
     for (const std::string& f : p.failures) std::fprintf(stderr, "simulate: a simulated process failed: %s\n", f.c_str());
@@ -173,6 +178,7 @@ void add_simulate_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--hours", o->config.hours, "Hours of one worker's compute to project")->capture_default_str();
   cmd->add_option("--seed", o->config.seed, "Seed of the lags and the sessions' lives")->capture_default_str();
+  cmd->add_flag("--worker-logs", o->worker_logs, "Keep the simulated workers' logs (at --log-level); else errors only");
   cmd->callback([o] { run(*o); });
 }
 

@@ -21,18 +21,26 @@ constexpr size_t kSimParameters = 48;  // the simulated model; the real one is o
 
 std::string base_name(const std::string& rel) { return rel.substr(rel.rfind('/') + 1); }
 
+const ProjectionConfig& checked(const ProjectionConfig& c) {
+  GB_REQUIRE(c.workers >= 1, "--workers must be at least 1, got ", c.workers);
+  GB_REQUIRE(c.tokens_per_s > 0 && c.tokens_per_step > 0, "tokens per second (", c.tokens_per_s, ") and per step (",
+             c.tokens_per_step, ") must be positive");
+  GB_REQUIRE(c.hours > 0, "--hours must be positive, got ", c.hours);
+  GB_REQUIRE(c.mode != ProjectedMode::diloco || c.inner_steps >= 2, "DiLoCo needs --inner-steps >= 2, got ", c.inner_steps);
+  GB_REQUIRE(c.upload_mb_s >= 0 && c.download_mb_s >= 0 && c.lag_median_s >= 0 && c.request_s >= 0,
+             "link speeds, lags and the request time cannot be negative");
+  return c;
+}
+
 class ProjectionRun {
  public:
   explicit ProjectionRun(const ProjectionConfig& config)
-      : config_(config),
+      : config_(checked(config)),
         rng_(config.seed * 0x9e3779b97f4a7c15ull + 7),
         root_(scratch_root() / str("gradbox_projection_", ::getpid(), "_", config.seed)),
-        compute_s_(static_cast<double>(config.tokens_per_step) / config.tokens_per_s),
-        rounds_(std::max<uint64_t>(2, static_cast<uint64_t>(std::ceil(config.hours * 3600 / (compute_s_ * std::max(1, config.inner_steps)))))),
+        compute_s_(static_cast<double>(config_.tokens_per_step) / config_.tokens_per_s),
+        rounds_(std::max<uint64_t>(2, static_cast<uint64_t>(std::ceil(config_.hours * 3600 / (compute_s_ * std::max(1, config_.inner_steps)))))),
         folder_(sim_, config.seed, folder_model()) {
-    GB_REQUIRE(config.workers >= 1, "--workers must be at least 1, got ", config.workers);
-    GB_REQUIRE(config.tokens_per_s > 0 && config.tokens_per_step > 0, "tokens per second and per step must be positive");
-    GB_REQUIRE(config.mode != ProjectedMode::diloco || config.inner_steps >= 2, "DiLoCo needs --inner-steps >= 2");
     fs::remove_all(root_);
     for (int i = 0; i < config.workers; ++i) founders_.push_back(str("w", i));
   }

@@ -41,7 +41,7 @@ struct ProjectionConfig {
   bool wait_for_all = false;
   double contribution_timeout_s = 300;
   // The folder and each session's link.
-  double upload_mb_s = 20, download_mb_s = 50;
+  double upload_mb_s = 20, download_mb_s = 60;  // README's "Projecting the speed-up" says why
   double lag_median_s = 20, lag_p90_s = 120;
   double request_s = 1;      // per file uploaded: the folder's own overhead
   double lost_listing = 0;   // probability a listing misses a due file (another lag)

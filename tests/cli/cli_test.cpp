@@ -166,6 +166,41 @@ TEST_F(CliTest, BadInputIsNamedAndLeavesNothing) {
   EXPECT_FALSE(fs::exists(out));
 }
 
+// gradbox simulate in a real process: a small projection's table, and bad flags named.
+TEST_F(CliTest, SimulateProjectsAndNamesBadFlags) {
+  const std::vector<std::string> small = {kBinary, "simulate", "--model", "gpt2", "--tokens-per-s", "100000",
+                                          "--hours", "0.5", "--lag-median", "1", "--lag-p90", "2"};
+  std::vector<std::string> argv = small;
+  argv.insert(argv.end(), {"--workers", "1,3"});
+  ProcessResult ok = run_process(argv);
+  ASSERT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_TRUE(contains(ok.output, "speed-up")) << ok.output;
+  std::istringstream rows(ok.output);
+  std::vector<std::pair<int, double>> speedups;  // workers -> speed-up
+  for (std::string line; std::getline(rows, line);) {
+    std::istringstream row(line);
+    int workers = 0;
+    double per_round = 0, contributors = 0, tokens = 0, speedup = 0;
+    if (row >> workers >> per_round >> contributors >> tokens >> speedup) speedups.emplace_back(workers, speedup);
+  }
+  ASSERT_EQ(speedups.size(), 2u) << ok.output;
+  EXPECT_EQ(speedups[0].first, 1);
+  EXPECT_EQ(speedups[1].first, 3);
+  EXPECT_GT(speedups[1].second, 1.5 * speedups[0].second) << ok.output;
+  EXPECT_LT(speedups[1].second, 3.0) << ok.output;
+
+  argv = small;
+  argv.insert(argv.end(), {"--mode", "ring"});
+  ProcessResult mode = run_process(argv);
+  EXPECT_EQ(mode.exit_code, 2);
+  EXPECT_TRUE(contains(mode.output, "--mode")) << mode.output;
+  argv = small;
+  argv.insert(argv.end(), {"--workers", "2,0"});
+  ProcessResult workers = run_process(argv);
+  EXPECT_EQ(workers.exit_code, 2);
+  EXPECT_TRUE(contains(workers.output, "--workers")) << workers.output;
+}
+
 TEST_F(CliTest, ExportSampleImportContinue) {
   const fs::path run = dir("export_run");
   ASSERT_EQ(run_process(train(run)).exit_code, 0);
