@@ -417,12 +417,15 @@ TEST_F(ElasticTest, DilocoRoundsSurviveKillsInsideARoundAndWhilePublishingAndLet
 }
 
 // Note [Late entry] with real processes: a joiner arriving during a time-boxed DiLoCo round
-// (4 s boxes, more nominal steps than fit) computes the steps left in that round's box as a
-// guest, and the round's average holds them: a shows that round with three contributors.
+// (8 s boxes, more nominal steps than fit) computes the steps left in that round's box as a
+// guest, and the round's average holds them: a shows that round with three contributors. The
+// box is long enough for the joiner's start-up (torch, the checkpoint, the replay: ~3 s on a
+// loaded CI machine) to leave it time: with 4 s boxes it once entered with one step left, and
+// its delta came after the round was agreed.
 TEST_F(ElasticTest, ATimeBoxedDiLoCoJoinerComputesInTheRoundInProgress) {
   const fs::path base = dir("late_entry");
-  const int h = 4000, steps = 6 * h;
-  const std::vector<std::string> sync = {"--sync", "diloco", "--inner-steps", std::to_string(h), "--round-seconds", "4",
+  const int h = 8000, steps = 6 * h;
+  const std::vector<std::string> sync = {"--sync", "diloco", "--inner-steps", std::to_string(h), "--round-seconds", "8",
                                          "--checkpoint-interval", std::to_string(h), "--log-interval", "100000"};
   std::map<std::string, pid_t> pids;
   for (const std::string name : {"a", "b"}) pids[name] = start(base, name, with(steps, "a,b", sync));
