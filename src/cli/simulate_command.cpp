@@ -74,6 +74,7 @@ struct Options {
   std::string mode = "per-step";
   std::string codec = "fp16";
   bool source_scheme = false;
+  bool overlap = false;
   bool worker_logs = false;
   sim::ProjectionConfig config;
 };
@@ -102,6 +103,10 @@ void run(const Options& o) {
   else if (o.mode == "per-step-sharded") c.mode = sim::ProjectedMode::per_step_sharded;
   else if (o.mode == "diloco") c.mode = sim::ProjectedMode::diloco;
   else throw InputError(str("--mode: unknown '", o.mode, "' (per-step, per-step-sharded, diloco)"));
+  if (o.overlap) {
+    GB_REQUIRE(c.mode != sim::ProjectedMode::diloco, "--overlap: per-step modes only (DiLoCo: --overlap-steps)");
+    c.overlap_steps = 1;
+  }
   const auto codec = codec_bytes().find(o.codec);
   GB_REQUIRE(codec != codec_bytes().end(), "--codec: unknown '", o.codec, "' (fp16-raw, fp16, int8, int4)");
   c.wire_bytes_per_parameter = codec->second;
@@ -115,8 +120,9 @@ void run(const Options& o) {
               o.model.c_str(), c.tokens_per_s, o.tokens_per_s > 0 ? "given" : o.gpu.c_str(),
               static_cast<unsigned long long>(c.tokens_per_step), sim::mode_name(c.mode), c.wire_bytes_per_parameter,
               c.mode == sim::ProjectedMode::diloco
-                  ? str(", H=", c.inner_steps, c.round_seconds > 0 ? str(", rounds of ", c.round_seconds, " s") : "").c_str()
-                  : "",
+                  ? str(", H=", c.inner_steps, c.round_seconds > 0 ? str(", rounds of ", c.round_seconds, " s") : "",
+                        c.overlap_steps > 0 ? str(", ", c.overlap_steps, " steps overlapped") : "").c_str()
+                  : (c.overlap_steps > 0 ? ", overlapped" : ""),
               c.upload_mb_s,
               c.download_mb_s, c.lag_median_s, c.lag_p90_s,
               c.session_mean_hours > 0 ? str("live ", c.session_mean_hours, " h on average (at most ", c.session_cap_hours,
@@ -151,6 +157,10 @@ void add_simulate_command(CLI::App& app) {
   cmd->add_flag("!--no-activation-checkpointing", o->activation_checkpointing,
                 "The model fits without recomputing activations (else the forward runs twice)");
   cmd->add_option("--mode", o->mode, "per-step, per-step-sharded or diloco")->capture_default_str();
+  cmd->add_flag("--overlap", o->overlap, "Per step: exchange a step's gradient while the next one computes");
+  cmd->add_option("--overlap-steps", o->config.overlap_steps,
+                  "DiLoCo: inner steps that compute while a round's exchange runs (< --inner-steps)")
+      ->capture_default_str();
   cmd->add_option("--inner-steps", o->config.inner_steps, "DiLoCo: steps per round")->capture_default_str();
   cmd->add_option("--round-seconds", o->config.round_seconds,
                   "DiLoCo: time-boxed rounds of this many seconds (joiners enter the round in progress)");

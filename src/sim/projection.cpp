@@ -27,6 +27,16 @@ const ProjectionConfig& checked(const ProjectionConfig& c) {
              c.tokens_per_step, ") must be positive");
   GB_REQUIRE(c.hours > 0, "--hours must be positive, got ", c.hours);
   GB_REQUIRE(c.mode != ProjectedMode::diloco || c.inner_steps >= 2, "DiLoCo needs --inner-steps >= 2, got ", c.inner_steps);
+  if (c.mode == ProjectedMode::diloco) {
+    GB_REQUIRE(c.overlap_steps >= 0 && c.overlap_steps < c.inner_steps, "--overlap-steps ", c.overlap_steps,
+               ": must be in 0..--inner-steps - 1 = ", c.inner_steps - 1);
+    GB_REQUIRE(c.overlap_steps == 0 || c.round_seconds == 0, "--round-seconds: not with --overlap-steps (as gradbox train)");
+  } else {
+    GB_REQUIRE(c.overlap_steps == 0 || c.overlap_steps == 1, "per-step rounds overlap one step (--overlap), not ",
+               c.overlap_steps, " (--overlap-steps is DiLoCo's)");
+  }
+  GB_REQUIRE(c.syncer_pass_s > 0 && c.poll_s >= 0 && c.heartbeat_interval_s > 0 && c.deadline_floor_s >= 0,
+             "the syncer's pass and the heartbeat interval must be positive, the poll and the deadline floor not negative");
   GB_REQUIRE(c.upload_mb_s >= 0 && c.download_mb_s >= 0 && c.lag_median_s >= 0 && c.request_s >= 0,
              "link speeds, lags and the request time cannot be negative");
   return c;
@@ -68,7 +78,7 @@ class ProjectionRun {
     f.lag_median_s = config_.lag_median_s;
     f.lag_p90_s = std::max(config_.lag_p90_s, config_.lag_median_s);
     f.upload_s = config_.request_s;
-    f.pass_s = 1;  // a syncer lists the folder every second
+    f.pass_s = config_.syncer_pass_s;
     f.lost_listing = config_.lost_listing;
     f.partial = config_.partial;
     f.on_demand_prefixes = {"part-"};
@@ -106,13 +116,13 @@ class ProjectionRun {
       c.contribution_timeout_s = c.deadline_floor_s = 1e9;  // the source scheme: wait for everyone
     } else {
       c.contribution_timeout_s = config_.contribution_timeout_s;
-      c.deadline_floor_s = std::min(30.0, config_.contribution_timeout_s);
+      c.deadline_floor_s = std::min(config_.deadline_floor_s, config_.contribution_timeout_s);
     }
     // As README sizes it: well above the folder's p90 lag, and above the contribution wait.
     const double lag_p90 = std::max(config_.lag_p90_s, config_.lag_median_s);
     c.failover_timeout_s = std::max({60.0, 8 * lag_p90, c.contribution_timeout_s + 60});
     c.give_up_timeout_s = 1e9;
-    c.heartbeat_interval_s = 30;
+    c.heartbeat_interval_s = config_.heartbeat_interval_s;
     c.stale_after_s = 2 * c.failover_timeout_s;
     c.fingerprint_interval = 10;
     c.gc_window = 4;
@@ -120,8 +130,8 @@ class ProjectionRun {
     c.keep_folder_checkpoints = 2;
     c.checkpoint_part_bytes = 1ull << 30;  // one part: it is charged the real checkpoint's size
     c.wait_for_syncer = true;
-    // Polls a thousand times a round at most: a finer poll only costs simulation time.
-    c.poll_interval_s = std::clamp(compute_s_ * std::max(1, config_.inner_steps) / 1000, 1.0, 10.0);
+    c.poll_interval_s = config_.poll_s > 0 ? config_.poll_s
+                                           : std::clamp(compute_s_ * std::max(1, config_.inner_steps) / 1000, 1.0, 10.0);
     c.incarnation_seed = rng_() | 1;
     return c;
   }
@@ -143,6 +153,7 @@ class ProjectionRun {
     spec.parameters = kSimParameters;
     spec.tokens_per_round = config_.tokens_per_step;
     spec.inner_steps = diloco() ? config_.inner_steps : 1;
+    spec.overlap_steps = config_.overlap_steps;
     if (diloco() && config_.round_seconds > 0) {  // time-boxed rounds, joiners enter late
       spec.round_seconds = config_.round_seconds;
       spec.exchange.late_entry = true;

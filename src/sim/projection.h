@@ -5,7 +5,11 @@
 // (sim_worker.h) running the real FolderExchange (agreement, deadlines, failover, joins,
 // folder checkpoints, repair) on the simulated folder (memory_mirror.h). What is modelled
 // instead of run, and how:
-//   - compute: a worker sleeps tokens_per_step / tokens_per_s per step (ComputeProfile);
+//   - compute: a worker sleeps tokens_per_step / tokens_per_s per step; with overlap (per
+//     step --overlap, DiLoCo --overlap-steps τ) the next τ steps compute while a round's
+//     exchange runs, so they are charged only what the exchange's wait did not cover (the
+//     exchange is assumed to take no compute from them: true of a GPU worker, not of the
+//     2-core CPU clusters the validation test runs);
 //   - transfers: each session's link uploads and downloads one file at a time at the given
 //     MB/s, and a file is charged the size it would have for the real model (contributions and
 //     reduced shards: parameters x wire bytes per parameter / shards; checkpoint parts: the
@@ -15,6 +19,9 @@
 //   - sessions' lives: each session dies without warning after an exponential lifetime (capped,
 //     as Colab caps a session), and a new session under the same name comes back after a
 //     set-up time, with an empty disk: it joins from the newest folder checkpoint.
+// Validated against measured clusters (tests/cli/simulator_validation_test.cpp): three real
+// workers through the cloud-folder simulator, projected from their measured compute, within
+// ±20% in time per round and tokens/s (per step sharded with and without overlap, DiLoCo).
 // The projection is the run's own arithmetic: tokens in the agreed averages divided by the
 // virtual time they took, against one worker that only computes. Torch-free.
 #include <cstdint>
@@ -32,6 +39,8 @@ struct ProjectionConfig {
   uint64_t tokens_per_step = 2 * 125 * 2048;  // per worker per optimizer step (the source run)
   double tokens_per_s = 2000;               // one worker's compute, exchange aside
   ProjectedMode mode = ProjectedMode::per_step_all_gather;
+  // Steps computed while a round's exchange runs: 1 per step (--overlap), τ < H with DiLoCo.
+  int overlap_steps = 0;
   int inner_steps = 1;                      // DiLoCo: steps per round
   // DiLoCo: > 0 time-boxes rounds to this many seconds, and a joiner computes in the round in
   // progress (Note [Late entry] in exchange/folder_exchange.h) instead of waiting for the next.
@@ -40,12 +49,18 @@ struct ProjectionConfig {
   // The source scheme waits for every worker, every step; gradbox bounds the wait.
   bool wait_for_all = false;
   double contribution_timeout_s = 300;
+  double deadline_floor_s = 30;             // of the adaptive deadline (capped by the timeout)
   // The folder and each session's link.
   double upload_mb_s = 20, download_mb_s = 60;  // README's "Projecting the speed-up" says why
   double lag_median_s = 20, lag_p90_s = 120;
   double request_s = 1;      // per file uploaded: the folder's own overhead
   double lost_listing = 0;   // probability a listing misses a due file (another lag)
   double partial = 0;        // probability a first copy is partial (another lag)
+  // How often the syncer lists the folder and a worker looks at its mirror; 0 for the worker:
+  // a thousandth of a round, 1 to 10 s (a finer poll only costs simulation time at Drive's lags).
+  double syncer_pass_s = 1;
+  double poll_s = 0;
+  double heartbeat_interval_s = 30;
   // Sessions: mean lifetime (0: they never die), the cap, and a new session's set-up before its
   // worker starts (install, cached build, data); its checkpoint download is simulated.
   double session_mean_hours = 0, session_cap_hours = 12, setup_minutes = 10;

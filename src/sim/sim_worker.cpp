@@ -163,6 +163,12 @@ void run_sim_worker(const SimWorkerSpec& spec, mirror::Mirror& mirror, mirror::C
       if (it->path().filename().string() > dir->filename().string()) fs::remove_all(it->path(), ec);
   };
 
+  // Overlap: compute done during the last exchange, owed to the next overlap_steps steps.
+  double overlapped_s = 0;
+  auto compute = [&] {
+    clock.sleep_s(std::max(0.0, spec.compute_s - overlapped_s));
+    overlapped_s = std::max(0.0, overlapped_s - spec.compute_s);
+  };
   std::vector<float> grad(spec.parameters);
   std::vector<float> inner(spec.parameters);
   bool perturbed = false;
@@ -175,7 +181,7 @@ void run_sim_worker(const SimWorkerSpec& spec, mirror::Mirror& mirror, mirror::C
     int taken = 0;
     while (taken < spec.inner_steps) {
       toy_gradient(spec.name, round * 1000 + static_cast<uint64_t>(taken), inner, grad);
-      clock.sleep_s(spec.compute_s);
+      compute();
       for (size_t i = 0; i < inner.size(); ++i) inner[i] -= static_cast<float>(spec.lr) * grad[i];
       ++taken;
       exchange->between_rounds((round - 1) * static_cast<uint64_t>(spec.inner_steps) + static_cast<uint64_t>(taken));
@@ -204,12 +210,16 @@ void run_sim_worker(const SimWorkerSpec& spec, mirror::Mirror& mirror, mirror::C
       } else if (contributes) {
         taken = 1;
         toy_gradient(spec.name, round, local.params, grad);
-        clock.sleep_s(spec.compute_s);
+        compute();
         mine = {spec.tokens_per_round, 1.0, false};
       } else {
         std::fill(grad.begin(), grad.end(), 0.0f);
       }
+      const double exchange_began = clock.now_s();
       const exchange::RoundResult result = exchange->all_reduce(round, grad.data(), grad.size(), mine);
+      overlapped_s = contributes && !result.resync
+                         ? std::min(clock.now_s() - exchange_began, spec.overlap_steps * spec.compute_s)
+                         : 0;
       if (result.resync) {
         observer.resynced(spec.name, round);
         reload();

@@ -39,6 +39,10 @@ struct SimWorkerSpec {
   // > 0: time-boxed DiLoCo rounds (Note [Time-boxed rounds] in worker/outer_optimizer.h): up to
   // inner_steps steps, as many as fit in this many virtual seconds (at least one).
   double round_seconds = 0;
+  // Steps that compute while the last round's exchange runs: 1 per step (the trainer's
+  // --overlap), τ < inner_steps with DiLoCo (--overlap-steps). Timing only: those steps are
+  // charged the compute the exchange's wait did not cover; the toy update is not delayed.
+  int overlap_steps = 0;
   // Fault injection: after this round the replica's parameters are nudged once, as a silent
   // divergence (a bad GPU, a flipped bit) would (0: never).
   uint64_t perturb_after_round = 0;

@@ -198,7 +198,9 @@ void Trainer::outer_round(uint64_t round, size_t fragment, bool in_background) {
           return exchange_->all_reduce(round, delta_.data_ptr<float>(), static_cast<size_t>(delta_.numel()), mine);
         });
       } else {
-        r.ready = exchange_->all_reduce(round, delta_.data_ptr<float>(), static_cast<size_t>(delta_.numel()), mine);
+        r.ready = waiting_on_exchange([&] {
+          return exchange_->all_reduce(round, delta_.data_ptr<float>(), static_cast<size_t>(delta_.numel()), mine);
+        });
       }
     } else {
       r.ready.tokens = static_cast<uint64_t>(tokens);
@@ -216,7 +218,7 @@ void Trainer::outer_round(uint64_t round, size_t fragment, bool in_background) {
 void Trainer::apply_fragment_round() {
   FragmentRound r = std::move(*in_flight_);
   in_flight_.reset();
-  const exchange::RoundResult result = r.pending.valid() ? r.pending.get() : r.ready;
+  const exchange::RoundResult result = r.pending.valid() ? waiting_on_exchange([&] { return r.pending.get(); }) : r.ready;
   if (result.resync) {
     reload_agreed_state();
     return;

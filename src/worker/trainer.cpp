@@ -310,8 +310,8 @@ double Trainer::train_step(double lr) {
     const bool on_host = grads.device().is_cpu();
     if (!on_host) exchange_buffers_[0] = grads.to(torch::kCPU);
     torch::Tensor& host = on_host ? grads : exchange_buffers_[0];
-    const exchange::RoundResult result =
-        exchange_->all_reduce(round, host.data_ptr<float>(), static_cast<size_t>(host.numel()), mine);
+    const exchange::RoundResult result = waiting_on_exchange(
+        [&] { return exchange_->all_reduce(round, host.data_ptr<float>(), static_cast<size_t>(host.numel()), mine); });
     if (!on_host) grads.copy_(host);
     return apply_round(result, round, lr);
   }
@@ -332,7 +332,7 @@ double Trainer::train_step(double lr) {
 
 std::optional<exchange::RoundResult> Trainer::finish_pending_round() {
   if (!pending_round_.valid()) return std::nullopt;
-  return pending_round_.get();
+  return waiting_on_exchange([&] { return pending_round_.get(); });
 }
 
 double Trainer::apply_round(const exchange::RoundResult& result, uint64_t round, double lr) {
@@ -493,6 +493,7 @@ TrainSummary Trainer::run(const StopPredicate& should_stop) {
       const double lr = schedule_.at(step_);
       const auto start = Clock::now();
       const int64_t tokens_before = tokens_;
+      step_exchange_wait_s_ = 0;
       const bool gradient_round = !in_diloco_phase();
       const double loss = train_step(lr);
       if (reloaded_) {  // the step went back to the agreed state's
@@ -514,6 +515,7 @@ TrainSummary Trainer::run(const StopPredicate& should_stop) {
       summary.last_loss = loss;
       nlohmann::json line = {{"step", step_}, {"loss", loss}, {"lr", lr * lr_multiplier_}, {"grad_norm", last_grad_norm_},
                              {"tokens", tokens_}, {"step_seconds", seconds}};
+      if (exchange_) line["exchange_wait_seconds"] = step_exchange_wait_s_;
       if (config_.round_seconds > 0 && gradient_round) line["micro_batches"] = micro_batches_;
       metrics_->write(line);
       if (passed_multiple(step_before, step_, config_.log_interval) || step_ == config_.max_steps) {

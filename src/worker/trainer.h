@@ -115,6 +115,18 @@ class Trainer {
   bool apply_gradient(double lr, double grad_scale);
   double apply_round(const exchange::RoundResult& result, uint64_t round, double lr);
   std::optional<exchange::RoundResult> finish_pending_round();
+  // Runs f, counting its time as this step's exposed exchange wait (the step's metrics line
+  // says how much of it the exchange cost; overlap hides what runs in the background).
+  template <class F>
+  auto waiting_on_exchange(F&& f) {
+    const auto start = std::chrono::steady_clock::now();
+    struct Count {
+      double& total;
+      std::chrono::steady_clock::time_point start;
+      ~Count() { total += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); }
+    } count{step_exchange_wait_s_, start};
+    return f();
+  }
   void drain_exchange(double lr);  // overlap: wait for the last round and apply it
   std::filesystem::path checkpoint();
   // Parameters, moments, step and live control from a checkpoint folder (resume, join, repair).
@@ -180,6 +192,7 @@ class Trainer {
   bool contributing_ = true;  // the exchange's last answer (not asked while a round is in flight)
   torch::Tensor delta_;          // the pseudo-gradient handed to the exchange (CPU)
   int64_t round_inner_steps_ = 0;  // the inner steps this worker took in the current round
+  double step_exchange_wait_s_ = 0;  // this step's time blocked on the exchange (waiting_on_exchange)
   uint64_t round_box_of_ = 0;      // --round-seconds: the round whose box round_box_opened_ opened
   std::chrono::steady_clock::time_point round_box_opened_;
   std::chrono::steady_clock::time_point round_first_step_;  // this worker's first inner step of the box's round

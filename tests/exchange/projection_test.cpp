@@ -3,6 +3,8 @@
 // fewer bytes per token (DiLoCo) pay off on a slow link, and dying sessions cost time.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "sim/projection.h"
 
 namespace gradbox::sim {
@@ -62,6 +64,58 @@ TEST(Projection, ASlowFolderCostsWhatItsBytesAndLagCost) {
   EXPECT_GE(p.round_upload_gb_per_worker_day, contributions_gb / days);
   EXPECT_LT(p.round_upload_gb_per_worker_day, contributions_gb * 1.01 / days);
   EXPECT_LT(p.upload_gb_per_worker_day, (contributions_gb * 1.01 + 2 * 0.12 + 0.01) / days);
+}
+
+// --overlap: the next step computes while this one's exchange runs, so a round costs the longer
+// of the two, not their sum. The same slow folder as above (~20 s of exchange a round) under
+// 30 s steps: ~50 s a round in turn, ~30 s overlapped.
+TEST(Projection, OverlapHidesAnExchangeShorterThanTheStep) {
+  ProjectionConfig c = small();
+  c.mode = ProjectedMode::per_step_sharded;
+  c.tokens_per_s = 100'000 / 30.0;  // 30 s a step
+  c.upload_mb_s = 10;
+  c.download_mb_s = 20;
+  c.lag_median_s = c.lag_p90_s = 5;
+  c.request_s = 1;
+  const Projection in_turn = project(c);
+  c.overlap_steps = 1;
+  const Projection overlapped = project(c);
+  expect_clean(in_turn);
+  expect_clean(overlapped);
+  const double exchange_s = in_turn.seconds_per_round - 30;
+  EXPECT_GT(exchange_s, 10) << in_turn.seconds_per_round;
+  EXPECT_LT(exchange_s, 30) << in_turn.seconds_per_round;
+  EXPECT_GE(overlapped.seconds_per_round, 30);
+  EXPECT_LT(overlapped.seconds_per_round, 30 + 0.15 * exchange_s) << overlapped.seconds_per_round;
+  EXPECT_EQ(overlapped.mean_contributors, 4.0);
+}
+
+// DiLoCo's --overlap-steps τ: a round's exchange runs while the next round's first τ inner steps
+// compute. Rounds of 4 x 10 s steps through the same slow folder: the ~20 s exchange is paid in
+// turn, and hidden behind τ = 2 steps (20 s) to within the polls.
+TEST(Projection, DilocoOverlapStepsHideTheExchangeBehindInnerSteps) {
+  ProjectionConfig c = small();
+  c.mode = ProjectedMode::diloco;
+  c.inner_steps = 4;
+  c.tokens_per_s = 100'000 / 10.0;  // 10 s a step, 40 s of compute a round
+  c.upload_mb_s = 10;
+  c.download_mb_s = 20;
+  c.lag_median_s = c.lag_p90_s = 5;
+  c.request_s = 1;
+  const Projection in_turn = project(c);
+  c.overlap_steps = 2;
+  const Projection overlapped = project(c);
+  expect_clean(in_turn);
+  expect_clean(overlapped);
+  const double exchange_s = in_turn.seconds_per_round - 40;
+  EXPECT_GT(exchange_s, 10) << in_turn.seconds_per_round;
+  EXPECT_LT(exchange_s, 40) << in_turn.seconds_per_round;
+  EXPECT_GE(overlapped.seconds_per_round, 40);
+  EXPECT_LT(overlapped.seconds_per_round, 40 + std::max(0.0, exchange_s - 20) + 0.15 * exchange_s)
+      << overlapped.seconds_per_round << " (in turn " << in_turn.seconds_per_round << ")";
+  // τ must leave a step of the round to itself, as gradbox train requires.
+  c.overlap_steps = 4;
+  EXPECT_THROW(project(c), std::exception);
 }
 
 TEST(Projection, DilocoPaysOffOnALinkTooSlowForPerStepRounds) {
