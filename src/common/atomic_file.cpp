@@ -49,23 +49,31 @@ void AtomicFileWriter::write(const void* data, size_t size) {
   }
 }
 
-void AtomicFileWriter::commit() {
+void AtomicFileWriter::commit(Durability durability) {
   GB_CHECK(fd_ >= 0, "double commit of ", final_path_);
-  int rc;
-  do rc = ::fsync(fd_); while (rc < 0 && errno == EINTR);
+  const bool durable = durability == Durability::durable;
+  int rc = 0;
+  if (durable)
+    do rc = ::fsync(fd_); while (rc < 0 && errno == EINTR);
   if (rc < 0) throw InputError(str(temp_path_.string(), ": fsync failed: ", errno_text()));
   ::close(fd_);
   fd_ = -1;
   if (::rename(temp_path_.c_str(), final_path_.c_str()) < 0)
     throw InputError(str(final_path_.string(), ": rename failed: ", errno_text()));
   committed_ = true;
-  fsync_dir(final_path_.has_parent_path() ? final_path_.parent_path() : fs::path("."));
+  if (durable) fsync_dir(final_path_.has_parent_path() ? final_path_.parent_path() : fs::path("."));
 }
 
 void write_file_atomic(const fs::path& path, std::string_view bytes) {
   AtomicFileWriter writer(path);
   writer.write(bytes);
   writer.commit();
+}
+
+void replace_file(const fs::path& path, std::string_view bytes) {
+  AtomicFileWriter writer(path);
+  writer.write(bytes);
+  writer.commit(AtomicFileWriter::Durability::not_durable);
 }
 
 void fsync_dir(const fs::path& dir) {

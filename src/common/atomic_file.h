@@ -22,8 +22,10 @@ class AtomicFileWriter {
   void write(const void* data, size_t size);
   void write(std::string_view bytes) { write(bytes.data(), bytes.size()); }
   uint64_t bytes_written() const { return written_; }
-  // fsync, close, rename over the final path, fsync the directory.
-  void commit();
+  // fsync, close, rename over the final path, fsync the directory. Not durable: close and
+  // rename only (still atomic for readers; a crash may leave the previous version).
+  enum class Durability { durable, not_durable };
+  void commit(Durability durability = Durability::durable);
 
  private:
   fs::path final_path_;
@@ -34,6 +36,9 @@ class AtomicFileWriter {
 };
 
 void write_file_atomic(const fs::path& path, std::string_view bytes);
+// Atomic for readers, not durable: for files rewritten every step that a crash may lose
+// (stats), where two fsyncs a step cost a slow disk more than the file is worth.
+void replace_file(const fs::path& path, std::string_view bytes);
 void fsync_dir(const fs::path& dir);
 // Reads a whole file; throws InputError naming the file when it cannot.
 std::string read_file(const fs::path& path);

@@ -74,7 +74,7 @@ void CheckpointDuty::maintain() {
       ++context_.stats.checkpoints_published;
       context_.log().info(str("folder checkpoint of step ", *publishing_step_, " complete (manifest written)"));
     }
-    const std::vector<FolderCheckpoint> folder = list_folder_checkpoints(context_.mirror, context_.identity());
+    const std::vector<FolderCheckpoint> folder = list_folder_checkpoints(context_.mirror, context_.identity(), &manifests_);
     start_publish_if_due(folder);
     prune_folder_checkpoints(context_.mirror, folder, context_.config.keep_folder_checkpoints);
     if (!folder.empty())
@@ -92,7 +92,7 @@ void CheckpointDuty::give_up_check(double since, const std::string& what) const 
 
 std::optional<FolderCheckpoint> CheckpointDuty::newest(bool wait, double since) {
   while (true) {
-    for (const FolderCheckpoint& c : list_folder_checkpoints(context_.mirror, context_.identity())) {
+    for (const FolderCheckpoint& c : list_folder_checkpoints(context_.mirror, context_.identity(), &manifests_)) {
       if (broken_.count(c.dir_rel)) continue;
       const std::optional<uint64_t> agreed = replicas_.agreed(c.step);
       if (agreed && *agreed != c.parameters_checksum) {
@@ -117,13 +117,17 @@ std::optional<FolderCheckpoint> CheckpointDuty::newest(bool wait, double since) 
 }
 
 fs::path CheckpointDuty::fetch(FolderCheckpoint wanted, const fs::path& run_dir, double since) {
+  std::string cleared_for;  // the checkpoint whose target was cleared (the fetch fills it only when whole)
   while (true) {
     char name[32];
     std::snprintf(name, sizeof name, "step_%08llu", static_cast<unsigned long long>(wanted.step));
     const fs::path target = run_dir / "checkpoints" / name;
     try {
-      std::error_code ec;
-      fs::remove_all(target, ec);  // a local copy of the same step may be the diverged state
+      if (cleared_for != wanted.dir_rel) {
+        std::error_code ec;
+        fs::remove_all(target, ec);  // a local copy of the same step may be the diverged state
+        cleared_for = wanted.dir_rel;
+      }
       if (fetch_folder_checkpoint(context_.mirror, wanted, context_.identity(), target)) return target;
     } catch (const InputError& e) {
       context_.log().error(str("folder checkpoint ", wanted.dir_rel, " is unusable: ", e.what(), "; trying an older one"));

@@ -65,6 +65,7 @@ class CheckpointDuty {
   std::optional<uint64_t> publishing_step_;
   std::optional<uint64_t> replay_floor_;
   std::set<std::string> broken_;
+  ManifestCache manifests_;  // the folder's manifests, parsed once each
 };
 
 }  // namespace gradbox::exchange

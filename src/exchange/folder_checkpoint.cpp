@@ -347,8 +347,10 @@ std::optional<uint64_t> CheckpointPublisher::pending_step() const {
   return pending_->manifest.step();
 }
 
-std::vector<FolderCheckpoint> list_folder_checkpoints(mirror::Mirror& mirror, const FileIdentity& identity) {
+std::vector<FolderCheckpoint> list_folder_checkpoints(mirror::Mirror& mirror, const FileIdentity& identity,
+                                                      ManifestCache* cache) {
   std::vector<FolderCheckpoint> found;
+  ManifestCache listed;  // what this listing saw: the cache keeps only that
   for (const std::string& name : mirror.list_dirs(kCheckpointsDir)) {
     if (!parse_dir_name(name)) continue;
     const std::string dir_rel = join(kCheckpointsDir, name);
@@ -362,6 +364,16 @@ std::vector<FolderCheckpoint> list_folder_checkpoints(mirror::Mirror& mirror, co
       bytes = mirror.read(manifest_rel);
     }
     if (!bytes) continue;
+    if (cache) {
+      auto known = cache->by_rel.find(manifest_rel);
+      if (known != cache->by_rel.end() && known->second.bytes == *bytes) {
+        FolderCheckpoint c = known->second.checkpoint;
+        c.own = own;
+        found.push_back(c);
+        listed.by_rel.insert(cache->by_rel.extract(known));
+        continue;
+      }
+    }
     wire::FileHeader header;
     try {
       header = parse_manifest(*bytes, mirror.where(manifest_rel), dir_rel, identity);
@@ -379,8 +391,10 @@ std::vector<FolderCheckpoint> list_folder_checkpoints(mirror::Mirror& mirror, co
     c.dir_rel = dir_rel;
     for (const wire::CheckpointFile& f : m.files()) c.bytes += f.bytes();
     c.own = own;
+    if (cache) listed.by_rel[manifest_rel] = {std::move(*bytes), c};
     found.push_back(std::move(c));
   }
+  if (cache) *cache = std::move(listed);
   std::sort(found.begin(), found.end(), [](const FolderCheckpoint& a, const FolderCheckpoint& b) {
     if (a.step != b.step) return a.step > b.step;
     if (a.epoch != b.epoch) return a.epoch < b.epoch;

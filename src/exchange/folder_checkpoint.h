@@ -36,6 +36,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -99,7 +100,17 @@ class CheckpointPublisher {
 // Manifests the mirror shows from peers (whole and verified) plus this worker's own published
 // ones, newest step first (then lowest epoch, then publisher). Unreadable or foreign manifests
 // are skipped (logged once each).
-std::vector<FolderCheckpoint> list_folder_checkpoints(mirror::Mirror& mirror, const FileIdentity& identity);
+// Parsed manifests kept from one listing to the next while their bytes stay the same: a joiner
+// lists the checkpoints every poll while its checkpoint's parts download.
+struct ManifestCache {
+  struct Entry {
+    std::string bytes;
+    FolderCheckpoint checkpoint;
+  };
+  std::map<std::string, Entry> by_rel;
+};
+std::vector<FolderCheckpoint> list_folder_checkpoints(mirror::Mirror& mirror, const FileIdentity& identity,
+                                                      ManifestCache* cache = nullptr);
 
 // Requests the checkpoint's parts; once all are in the mirror, verifies them and reassembles the
 // files into target_dir, a local folder (a temp sibling, each file fsynced, renamed into place;

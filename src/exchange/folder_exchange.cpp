@@ -535,7 +535,7 @@ class FolderExchange final : public GradientExchange {
     nlohmann::json j = context_.stats.to_json();
     j["worker"] = context_.config.worker;
     j["round"] = applied_round_;
-    write_file_atomic(context_.config.local_dir / "exchange" / "stats.json", j.dump(2));
+    replace_file(context_.config.local_dir / "exchange" / "stats.json", j.dump(2));
   }
 
   std::unique_ptr<mirror::Mirror> owned_mirror_;  // first: the parts below use it

@@ -531,7 +531,7 @@ void Syncer::write_stats_if_changed(bool throttle) {
   std::string text = stats().to_json().dump(2);
   std::lock_guard lock(mutex_);
   if (text == last_stats_) return;
-  write_file_atomic(stats_path_, text + "\n");
+  replace_file(stats_path_, text + "\n");
   last_stats_ = std::move(text);
   last_stats_write_ = now;
 }
