@@ -1,6 +1,7 @@
 #include "exchange/folder_names.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 
@@ -28,9 +29,13 @@ std::optional<std::string_view> strip_token(std::string_view name) {
 
 }  // namespace
 
+// "rounds/r%08llu", without printf: the protocol names a round's folder at every poll.
 std::string round_dir_name(uint64_t round) {
-  char name[32];
-  std::snprintf(name, sizeof name, "rounds/r%08llu", static_cast<unsigned long long>(round));
+  char digits[24];
+  const size_t n = static_cast<size_t>(std::to_chars(digits, digits + sizeof digits, round).ptr - digits);
+  std::string name = "rounds/r";
+  if (n < 8) name.append(8 - n, '0');
+  name.append(digits, n);
   return name;
 }
 

@@ -86,6 +86,16 @@ std::vector<float> expected_average(const Team& team, const std::vector<std::str
   return reference_average(parts);
 }
 
+// Round folders sort by name: eight digits at least, more past 99,999,999; parsed back.
+TEST(FolderNames, RoundFoldersAreZeroPaddedAndParseBack) {
+  EXPECT_EQ(round_dir_name(0), "rounds/r00000000");
+  EXPECT_EQ(round_dir_name(12), "rounds/r00000012");
+  EXPECT_EQ(round_dir_name(99'999'999), "rounds/r99999999");
+  EXPECT_EQ(round_dir_name(123'456'789), "rounds/r123456789");
+  EXPECT_EQ(parse_round_dir("r00000012"), 12u);
+  EXPECT_EQ(parse_round_dir(round_dir_name(123'456'789).substr(7)), 123'456'789u);
+}
+
 TEST(FolderExchange, AllGatherFp32IsTheExactWeightedAverageOnEveryReplica) {
   VirtualCluster cluster("allgather");
   Team team{{"a", "b", "c"}, {{"a", 512}, {"b", 256}, {"c", 768}}};
