@@ -42,17 +42,22 @@ TEST(Projection, AFolderThatCostsNothingScalesWithTheWorkers) {
   EXPECT_EQ(p.mean_contributors, 4.0);  // nobody is ever late
 }
 
-// A round through a slow folder, per step, all-gather: the contribution goes up (request +
-// 20 MB at 10 MB/s), is seen a lag later, and each worker downloads the 3 others' one after
-// another (3 x 20 MB at 20 MB/s); the owner's small agreement then goes up and is seen a lag
-// later. Everything else is polling.
-TEST(Projection, ASlowFolderCostsWhatItsBytesAndLagCost) {
+// small() through a slow folder: 10 MB/s up, 20 MB/s down, a 5 s lag, 1 s a request.
+ProjectionConfig slow_folder() {
   ProjectionConfig c = small();
   c.upload_mb_s = 10;
   c.download_mb_s = 20;
   c.lag_median_s = c.lag_p90_s = 5;
   c.request_s = 1;
-  const Projection p = project(c);
+  return c;
+}
+
+// A round through a slow folder, per step, all-gather: the contribution goes up (request +
+// 20 MB at 10 MB/s), is seen a lag later, and each worker downloads the 3 others' one after
+// another (3 x 20 MB at 20 MB/s); the owner's small agreement then goes up and is seen a lag
+// later. Everything else is polling.
+TEST(Projection, ASlowFolderCostsWhatItsBytesAndLagCost) {
+  const Projection p = project(slow_folder());
   expect_clean(p);
   const double exchange_s = (1 + 2.0) + 5 + 3 * 1.0 + (1 + 5);
   EXPECT_NEAR(p.seconds_per_round, 100 + exchange_s, 0.2 * exchange_s) << p.seconds_per_round;
@@ -66,53 +71,42 @@ TEST(Projection, ASlowFolderCostsWhatItsBytesAndLagCost) {
   EXPECT_LT(p.upload_gb_per_worker_day, (contributions_gb * 1.01 + 2 * 0.12 + 0.01) / days);
 }
 
-// --overlap: the next step computes while this one's exchange runs, so a round costs the longer
-// of the two, not their sum. The same slow folder as above (~20 s of exchange a round) under
-// 30 s steps: ~50 s a round in turn, ~30 s overlapped.
-TEST(Projection, OverlapHidesAnExchangeShorterThanTheStep) {
-  ProjectionConfig c = small();
-  c.mode = ProjectedMode::per_step_sharded;
-  c.tokens_per_s = 100'000 / 30.0;  // 30 s a step
-  c.upload_mb_s = 10;
-  c.download_mb_s = 20;
-  c.lag_median_s = c.lag_p90_s = 5;
-  c.request_s = 1;
+// `c` projected in turn and with τ steps overlapped, rounds of round_compute_s of compute: the
+// exchange (10 to 40 s through the slow folder) costs its time in turn, and overlapped only what
+// τ steps of step_s do not cover (within the polls). Nobody is left out either way.
+void expect_overlap_hides_the_exchange(ProjectionConfig c, int tau, double step_s, double round_compute_s) {
   const Projection in_turn = project(c);
-  c.overlap_steps = 1;
+  c.overlap_steps = tau;
   const Projection overlapped = project(c);
   expect_clean(in_turn);
   expect_clean(overlapped);
-  const double exchange_s = in_turn.seconds_per_round - 30;
+  const double exchange_s = in_turn.seconds_per_round - round_compute_s;
   EXPECT_GT(exchange_s, 10) << in_turn.seconds_per_round;
-  EXPECT_LT(exchange_s, 30) << in_turn.seconds_per_round;
-  EXPECT_GE(overlapped.seconds_per_round, 30);
-  EXPECT_LT(overlapped.seconds_per_round, 30 + 0.15 * exchange_s) << overlapped.seconds_per_round;
+  EXPECT_LT(exchange_s, 40) << in_turn.seconds_per_round;
+  EXPECT_GE(overlapped.seconds_per_round, round_compute_s);
+  EXPECT_LT(overlapped.seconds_per_round,
+            round_compute_s + std::max(0.0, exchange_s - tau * step_s) + 0.15 * exchange_s)
+      << overlapped.seconds_per_round << " (in turn " << in_turn.seconds_per_round << ")";
   EXPECT_EQ(overlapped.mean_contributors, 4.0);
 }
 
+// --overlap: the next step computes while this one's exchange runs, so a round costs the longer
+// of the two, not their sum: 30 s steps hide a sharded round's exchange.
+TEST(Projection, OverlapHidesAnExchangeShorterThanTheStep) {
+  ProjectionConfig c = slow_folder();
+  c.mode = ProjectedMode::per_step_sharded;
+  c.tokens_per_s = 100'000 / 30.0;  // 30 s a step
+  expect_overlap_hides_the_exchange(c, 1, 30, 30);
+}
+
 // DiLoCo's --overlap-steps τ: a round's exchange runs while the next round's first τ inner steps
-// compute. Rounds of 4 x 10 s steps through the same slow folder: the ~20 s exchange is paid in
-// turn, and hidden behind τ = 2 steps (20 s) to within the polls.
+// compute. Rounds of 4 x 10 s steps; τ = 2 steps (20 s) hide most of the exchange.
 TEST(Projection, DilocoOverlapStepsHideTheExchangeBehindInnerSteps) {
-  ProjectionConfig c = small();
+  ProjectionConfig c = slow_folder();
   c.mode = ProjectedMode::diloco;
   c.inner_steps = 4;
   c.tokens_per_s = 100'000 / 10.0;  // 10 s a step, 40 s of compute a round
-  c.upload_mb_s = 10;
-  c.download_mb_s = 20;
-  c.lag_median_s = c.lag_p90_s = 5;
-  c.request_s = 1;
-  const Projection in_turn = project(c);
-  c.overlap_steps = 2;
-  const Projection overlapped = project(c);
-  expect_clean(in_turn);
-  expect_clean(overlapped);
-  const double exchange_s = in_turn.seconds_per_round - 40;
-  EXPECT_GT(exchange_s, 10) << in_turn.seconds_per_round;
-  EXPECT_LT(exchange_s, 40) << in_turn.seconds_per_round;
-  EXPECT_GE(overlapped.seconds_per_round, 40);
-  EXPECT_LT(overlapped.seconds_per_round, 40 + std::max(0.0, exchange_s - 20) + 0.15 * exchange_s)
-      << overlapped.seconds_per_round << " (in turn " << in_turn.seconds_per_round << ")";
+  expect_overlap_hides_the_exchange(c, 2, 10, 40);
   // τ must leave a step of the round to itself, as gradbox train requires.
   c.overlap_steps = 4;
   EXPECT_THROW(project(c), std::exception);
