@@ -35,8 +35,8 @@
 // the worker's own local files, reached with std::filesystem. Torch- and protobuf-free header.
 #include <cstdint>
 #include <filesystem>
-#include <memory>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -97,9 +97,6 @@ class CheckpointPublisher {
   std::unique_ptr<Pending> pending_;
 };
 
-// Manifests the mirror shows from peers (whole and verified) plus this worker's own published
-// ones, newest step first (then lowest epoch, then publisher). Unreadable or foreign manifests
-// are skipped (logged once each).
 // Parsed manifests kept from one listing to the next while their bytes stay the same: a joiner
 // lists the checkpoints every poll while its checkpoint's parts download.
 struct ManifestCache {
@@ -109,6 +106,11 @@ struct ManifestCache {
   };
   std::map<std::string, Entry> by_rel;
 };
+
+// Manifests the mirror shows from peers (whole and verified) plus this worker's own published
+// ones, newest step first (then lowest epoch, then publisher). Unreadable or foreign manifests
+// are skipped (logged once each).
+// With a cache, a manifest whose bytes it holds is not parsed again.
 std::vector<FolderCheckpoint> list_folder_checkpoints(mirror::Mirror& mirror, const FileIdentity& identity,
                                                       ManifestCache* cache = nullptr);
 

@@ -285,6 +285,37 @@ TEST(FolderCheckpoint, NewestCompleteSkipsANewerOneWithAMissingPart) {
   fs::remove_all(root);
 }
 
+// A joiner lists with a cache while its checkpoint downloads: the same answer as without one,
+// and a manifest whose bytes changed under it (a hostile copy) is verified again, not reused.
+TEST(FolderCheckpoint, ACachedListingMatchesAFreshOneAndRechecksAChangedManifest) {
+  const fs::path root = fresh_dir("manifest_cache");
+  const fs::path a = root / "a", b = root / "b";
+  DiskMirror ma(a), mb(b);
+  publish(a, 100, "a");
+  publish(a, 200, "a");
+  sync(a, b);
+  ManifestCache cache;
+  auto steps = [](const std::vector<FolderCheckpoint>& listed) {
+    std::vector<std::pair<uint64_t, uint64_t>> out;
+    for (const FolderCheckpoint& c : listed) out.push_back({c.step, c.parameters_checksum});
+    return out;
+  };
+  const std::vector<FolderCheckpoint> fresh = list_folder_checkpoints(mb, kRun);
+  ASSERT_EQ(fresh.size(), 2u);
+  EXPECT_EQ(steps(list_folder_checkpoints(mb, kRun, &cache)), steps(fresh));
+  EXPECT_EQ(cache.by_rel.size(), 2u);
+  EXPECT_EQ(steps(list_folder_checkpoints(mb, kRun, &cache)), steps(fresh));  // from the cache
+  const fs::path manifest = b / kInboxDir / folder_checkpoint_dir(200, 0, "a") / "manifest.gbx";
+  std::string bytes = read_file(manifest);
+  bytes[bytes.size() - 3] ^= 0x01;
+  put(manifest, bytes);
+  const std::vector<FolderCheckpoint> after = list_folder_checkpoints(mb, kRun, &cache);
+  ASSERT_EQ(after.size(), 1u);
+  EXPECT_EQ(after[0].step, 100u);
+  EXPECT_EQ(cache.by_rel.size(), 1u);  // only what the listing saw
+  fs::remove_all(root);
+}
+
 TEST(FolderCheckpoint, AFlippedByteInAPartThrowsNamingThePart) {
   const fs::path root = fresh_dir("flipped");
   const fs::path a = root / "a", b = root / "b";
