@@ -226,7 +226,7 @@ void decode_impl(const uint8_t* payload, size_t size, const CodecOptions& opt, b
   const PayloadLayout expected = make_layout(opt, n);
   PayloadLayout l;
   const std::vector<ChunkRef> refs = read_preamble(payload, size, expected, l);
-  std::vector<DecodeWorker> workers;
+  thread_local std::vector<DecodeWorker> workers;  // as encode's
   for_each_chunk(refs.size(), opt.threads, workers, [&](size_t c, DecodeWorker& w) {
     const size_t elems = l.chunk_size(c);
     const size_t plain_bytes = l.plain_bytes(elems);
@@ -291,7 +291,9 @@ std::vector<uint8_t> encode(const float* src, size_t n, const CodecOptions& opt)
   const PayloadLayout l = make_layout(opt, n);
   std::vector<std::vector<uint8_t>> stored(l.chunks);
   std::vector<uint32_t> sizes(l.chunks);
-  std::vector<EncodeWorker> workers;
+  // Kept per calling thread: creating a zstd context (and its workspace) costs more than
+  // compressing a small payload, and the exchange encodes one or a few every round.
+  thread_local std::vector<EncodeWorker> workers;
   for_each_chunk(l.chunks, opt.threads, workers, [&](size_t c, EncodeWorker& w) {
     const size_t elems = l.chunk_size(c);
     const size_t plain_bytes = l.plain_bytes(elems);

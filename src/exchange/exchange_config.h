@@ -26,6 +26,9 @@ struct FolderExchangeConfig {
   std::vector<std::string> members;
   // Where exchange/stats.json goes, and the default DiskMirror's folder (empty: no stats file).
   std::filesystem::path local_dir;
+  // Clock seconds between rewrites of stats.json at round ends (0: every round); it is always
+  // written when the run ends, leaves or resyncs. Simulations of hundreds of rounds raise it.
+  double stats_interval_s = 0;
   ExchangePattern pattern = ExchangePattern::all_gather;
   uint32_t shard_count = 0;  // 0: the run's (a joiner adopts it); new runs: 1 for all-gather, one per founder for sharded
   codec::CodecOptions codec;

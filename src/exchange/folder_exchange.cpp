@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 
 #include "common/atomic_file.h"
 #include "common/error.h"
@@ -211,6 +212,7 @@ class FolderExchange final : public GradientExchange {
       context_.log().warn(str("leaving before the folder checkpoint is complete: ", e.what()));
     }
     publish_heartbeat("left");
+    write_stats();
   }
 
   void after_update(uint64_t round, const float* params, size_t n) override { replicas_.publish(round, params, n); }
@@ -505,7 +507,7 @@ class FolderExchange final : public GradientExchange {
     if (mine.part == 0) applied_tokens_ += result.tokens;
     last_loss_ = result.loss;
     publish_progress_heartbeat(waited);
-    write_stats();
+    write_stats(/*always=*/false);
     return result;
   }
 
@@ -530,8 +532,11 @@ class FolderExchange final : public GradientExchange {
                                    applied_tokens_});
   }
 
-  void write_stats() {
+  void write_stats(bool always = true) {
     if (context_.config.local_dir.empty()) return;
+    const double now = context_.clock.now_s();
+    if (!always && stats_written_s_ && now - *stats_written_s_ < context_.config.stats_interval_s) return;
+    stats_written_s_ = now;
     nlohmann::json j = context_.stats.to_json();
     j["worker"] = context_.config.worker;
     j["round"] = applied_round_;
@@ -556,6 +561,7 @@ class FolderExchange final : public GradientExchange {
   uint64_t applied_tokens_ = 0;
   double first_round_start_s_ = 0;
   double last_loss_ = 0;
+  std::optional<double> stats_written_s_;  // when stats.json was last written, by the clock
   bool left_ = false;
 };
 

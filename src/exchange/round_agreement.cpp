@@ -39,8 +39,6 @@ codec::CodecOptions decode_options(const wire::CodecSpec& spec, const codec::Cod
 RoundAgreement::RoundAgreement(ExchangeContext& context, LagDeadline& deadline, DecideView decide_view, Refused refused)
     : context_(context), deadline_(deadline), decide_view_(std::move(decide_view)), refused_(std::move(refused)) {}
 
-std::string RoundAgreement::round_dir() const { return round_dir_name(round_); }
-
 const std::string& RoundAgreement::owner(uint32_t shard, uint32_t epoch) const {
   return members_[(shard + round_ + epoch) % members_.size()];
 }
@@ -57,6 +55,7 @@ void RoundAgreement::start(uint64_t round, float* grad, size_t n, const LocalCon
   part_encoders_ = &encoders_[mine.part];
   if (part_encoders_->size() != shards) part_encoders_->assign(shards, codec::ErrorFeedbackEncoder(context_.config.codec));
   round_ = round;
+  round_dir_ = round_dir_name(round);
   grad_ = grad;
   n_ = n;
   mine_ = mine;

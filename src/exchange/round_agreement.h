@@ -13,6 +13,7 @@
 
 #include "codec/codec.h"
 #include "exchange/exchange_context.h"
+#include "exchange/folder_names.h"
 #include "exchange/gradient_exchange.h"
 #include "exchange/membership.h"
 #include "exchange/token_weighted_sum.h"
@@ -93,7 +94,7 @@ class RoundAgreement {
     std::string name;
   };
 
-  std::string round_dir() const;
+  const std::string& round_dir() const { return round_dir_; }
   void check_new_contributions(const std::vector<mirror::Arrival>& arrivals);
   std::pair<double, double> window(uint32_t shard, uint32_t epoch) const;
   static constexpr uint32_t kOwnerTurns = 3;
@@ -125,6 +126,7 @@ class RoundAgreement {
   std::vector<codec::ErrorFeedbackEncoder>* part_encoders_ = nullptr;  // this round's part
 
   uint64_t round_ = 0;
+  std::string round_dir_ = round_dir_name(0);  // round_'s folder, named once per round
   float* grad_ = nullptr;
   size_t n_ = 0;
   LocalContribution mine_;

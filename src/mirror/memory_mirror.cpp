@@ -412,7 +412,7 @@ void SimFolder::schedule_delivery(MemoryMirror& d, const std::string& rel, uint6
 }
 
 bool SimFolder::on_demand(const std::string& rel) const {
-  const std::string name = split(rel).second;
+  const std::string_view name = std::string_view(rel).substr(rel.rfind('/') + 1);  // npos + 1 == 0
   return std::any_of(faults_.on_demand_prefixes.begin(), faults_.on_demand_prefixes.end(),
                      [&](const std::string& p) { return name.starts_with(p); });
 }

@@ -34,6 +34,7 @@ exchange::FolderExchangeConfig worker_config(const std::string& name, const std:
   c.worker = name;
   c.members = founders;
   c.local_dir = local;
+  c.stats_interval_s = 30;  // read once, at the end (check())
   c.pattern = sharded ? exchange::ExchangePattern::sharded : exchange::ExchangePattern::all_gather;
   c.shard_count = sharded ? 4 : 1;
   c.codec.codec = codec::Codec::fp32;

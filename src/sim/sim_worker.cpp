@@ -49,7 +49,8 @@ fs::path checkpoint_dir(const fs::path& run_dir, uint64_t step) {
 }
 
 // The four files a folder checkpoint carries (folder_checkpoint.cpp), written the trainer's
-// way: into a temp folder, manifest last, then renamed into place.
+// way: into a temp folder, manifest last, then renamed into place (without the trainer's
+// fsyncs: a simulated machine does not lose power).
 fs::path write_checkpoint(const fs::path& run_dir, const Local& local) {
   const fs::path dir = checkpoint_dir(run_dir, local.step);
   const fs::path temp = dir.string() + ".tmp";
@@ -57,11 +58,11 @@ fs::path write_checkpoint(const fs::path& run_dir, const Local& local) {
   fs::remove_all(temp, ec);
   fs::create_directories(temp);
   const std::vector<float> state = local.state();
-  write_file_atomic(temp / "model.safetensors",
+  replace_file(temp / "model.safetensors",
                     std::string_view(reinterpret_cast<const char*>(state.data()), state.size() * sizeof(float)));
-  write_file_atomic(temp / "optimizer.safetensors", "");
-  write_file_atomic(temp / "state.json", nlohmann::json{{"step", local.step}}.dump());
-  write_file_atomic(temp / "manifest.json", nlohmann::json{{"step", local.step}}.dump());
+  replace_file(temp / "optimizer.safetensors", "");
+  replace_file(temp / "state.json", nlohmann::json{{"step", local.step}}.dump());
+  replace_file(temp / "manifest.json", nlohmann::json{{"step", local.step}}.dump());
   fs::remove_all(dir, ec);
   fs::rename(temp, dir);
   return dir;

@@ -468,5 +468,33 @@ TEST(ProtocolFaults, AHeartbeatFromTheFutureGoesStaleOnTime) {
   EXPECT_GT(run.observer().max_round(), 100u) << "z waited for the skewed, dead a";
 }
 
+
+// stats.json is rewritten at round ends no more often than stats_interval_s (the random
+// schedules read it only at the end), and always when the worker leaves: by default (0) it
+// follows every round.
+TEST(ElasticProtocol, StatsFollowEveryRoundOrTheirIntervalAndAreWrittenAtTheEnd) {
+  for (const double interval : {0.0, 1e6}) {
+    SCOPED_TRACE(str("stats_interval_s ", interval));
+    ElasticRun run(str("stats_", interval > 0 ? "sparse" : "every"), {"a", "b"});
+    for (const std::string name : {"a", "b"}) {
+      sim::SimWorkerSpec s = run.spec(name, 40);
+      s.exchange.stats_interval_s = interval;
+      run.start(s);
+    }
+    uint64_t applied_mid = 0, written_mid = 0;
+    run.cluster().sim().at(5.0, [&] {
+      for (const sim::SimObserver::Applied& a : run.observer().history())
+        if (a.worker == "a") applied_mid = std::max(applied_mid, a.round);
+      written_mid = run.cluster().stats("a")["round"].get<uint64_t>();
+    });
+    run.cluster().sim().run_until(1e5);
+    EXPECT_TRUE(run.cluster().sim().failures().empty()) << run.cluster().sim().failures().front();
+    ASSERT_GT(applied_mid, 5u);
+    if (interval == 0) EXPECT_EQ(written_mid, applied_mid);
+    else EXPECT_EQ(written_mid, 1u) << "written at the first round only, then not for 1e6 s";
+    EXPECT_EQ(run.cluster().stats("a")["round"].get<uint64_t>(), 40u) << "written at the end";
+  }
+}
+
 }  // namespace
 }  // namespace gradbox::exchange
