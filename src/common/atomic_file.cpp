@@ -1,8 +1,10 @@
 #include "common/atomic_file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -85,11 +87,31 @@ void fsync_dir(const fs::path& dir) {
   if (rc < 0) throw InputError(str(dir.string(), ": fsync failed: ", errno_text()));
 }
 
+// One allocation of the size the file has when opened and one read(2) per 64 MB: exchange
+// files are 100s of MB, and a stream iterator's char-by-char growth cost more than the bytes.
+// A file that grows meanwhile is read to its end all the same.
 std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(str(path.string(), ": cannot open: ", errno_text()));
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw InputError(str(path.string(), ": read failed"));
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw InputError(str(path.string(), ": cannot open: ", errno_text()));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) throw InputError(str(path.string(), ": cannot stat: ", errno_text()));
+  if (S_ISDIR(st.st_mode)) throw InputError(str(path.string(), ": is a directory, not a file"));
+  std::string bytes(static_cast<size_t>(std::max<off_t>(st.st_size, 0)) + 1, '\0');  // + 1: sees the end
+  size_t have = 0;
+  while (true) {
+    if (have == bytes.size()) bytes.resize(bytes.size() * 2);
+    const size_t want = std::min<size_t>(bytes.size() - have, size_t{64} << 20);
+    const ssize_t got = ::read(fd, bytes.data() + have, want);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) throw InputError(str(path.string(), ": read failed: ", errno_text()));
+    if (got == 0) break;
+    have += static_cast<size_t>(got);
+  }
+  bytes.resize(have);
   return bytes;
 }
 

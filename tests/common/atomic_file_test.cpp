@@ -45,6 +45,23 @@ TEST(AtomicFile, MissingFileErrorNamesIt) {
   }
 }
 
+// Sizes around the reader's one-byte look-past, an empty file, binary bytes, and a folder.
+TEST(AtomicFile, ReadFileReturnsEveryByteAndRefusesAFolder) {
+  fs::path dir = fresh_dir("read");
+  for (const size_t size : {size_t{0}, size_t{1}, size_t{4095}, size_t{4096}, size_t{(5 << 20) + 3}}) {
+    std::string bytes(size, '\0');
+    for (size_t i = 0; i < size; ++i) bytes[i] = static_cast<char>((i * 131 + size) & 0xff);
+    write_file_atomic(dir / "r.bin", bytes);
+    EXPECT_EQ(read_file(dir / "r.bin"), bytes) << size << " bytes";
+  }
+  try {
+    read_file(dir);
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("is a directory"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Checksum, FileMatchesBufferAndDetectsOneByte) {
   fs::path dir = fresh_dir("checksum");
   std::string bytes(3 << 20, 'x');  // spans several read chunks
