@@ -285,39 +285,69 @@ CodecOptions default_options(Codec codec) {
   return opt;
 }
 
+namespace {
+
+// zstd (or, where it does not pay, the plain bytes) of one chunk into out[0, bound); returns the
+// chunk's table entry. bound >= ZSTD_compressBound(plain_bytes).
+uint32_t compress_chunk(const uint8_t* plain, size_t plain_bytes, int level, EncodeWorker& w, uint8_t* out,
+                        size_t bound) {
+  if (!w.cctx) {
+    w.cctx.reset(ZSTD_createCCtx());
+    GB_CHECK(w.cctx, "ZSTD_createCCtx failed");
+  }
+  const size_t z = ZSTD_compressCCtx(w.cctx.get(), out, bound, plain, plain_bytes, level);
+  GB_CHECK(!ZSTD_isError(z), "zstd: ", ZSTD_getErrorName(z));
+  if (z < plain_bytes) return static_cast<uint32_t>(z);
+  std::memcpy(out, plain, plain_bytes);
+  return static_cast<uint32_t>(plain_bytes) | kStoredRaw;
+}
+
+size_t stored_bytes(uint32_t entry) { return entry & ~kStoredRaw; }
+
+}  // namespace
+
 std::vector<uint8_t> encode(const float* src, size_t n, const CodecOptions& opt) {
   validate(opt);
   GB_CHECK(src != nullptr || n == 0, "null source for ", n, " elements");
   const PayloadLayout l = make_layout(opt, n);
-  std::vector<std::vector<uint8_t>> stored(l.chunks);
   std::vector<uint32_t> sizes(l.chunks);
   // Kept per calling thread: creating a zstd context (and its workspace) costs more than
   // compressing a small payload, and the exchange encodes one or a few every round.
   thread_local std::vector<EncodeWorker> workers;
+  if (std::min<size_t>(std::max(opt.threads, 1), l.chunks) <= 1) {
+    // One thread: each chunk goes straight to its place in the payload (the table is filled in
+    // at the end). Reserving the bound up front costs address space only, not pages.
+    workers.resize(1);
+    std::vector<uint8_t> payload = write_preamble(l, sizes);
+    size_t most = payload.size();
+    for (size_t c = 0; c < l.chunks; ++c) most += ZSTD_compressBound(l.plain_bytes(l.chunk_size(c)));
+    payload.reserve(most);
+    for (size_t c = 0; c < l.chunks; ++c) {
+      const size_t elems = l.chunk_size(c);
+      const size_t plain_bytes = l.plain_bytes(elems);
+      const uint8_t* plain = to_plain(l, src + l.chunk_begin(c), elems, workers[0].plain);
+      const size_t at = payload.size();
+      const size_t bound = ZSTD_compressBound(plain_bytes);
+      payload.resize(at + bound);
+      sizes[c] = compress_chunk(plain, plain_bytes, opt.zstd_level, workers[0], payload.data() + at, bound);
+      payload.resize(at + stored_bytes(sizes[c]));
+    }
+    const std::vector<uint8_t> preamble = write_preamble(l, sizes);
+    std::memcpy(payload.data(), preamble.data(), preamble.size());
+    return payload;
+  }
+  std::vector<std::vector<uint8_t>> stored(l.chunks);
   for_each_chunk(l.chunks, opt.threads, workers, [&](size_t c, EncodeWorker& w) {
     const size_t elems = l.chunk_size(c);
     const size_t plain_bytes = l.plain_bytes(elems);
     const uint8_t* plain = to_plain(l, src + l.chunk_begin(c), elems, w.plain);
-    if (!w.cctx) {
-      w.cctx.reset(ZSTD_createCCtx());
-      GB_CHECK(w.cctx, "ZSTD_createCCtx failed");
-    }
     const size_t bound = ZSTD_compressBound(plain_bytes);
     if (w.bound_size < bound) {
       w.bound.reset(new uint8_t[bound]);
       w.bound_size = bound;
     }
-    const size_t z = ZSTD_compressCCtx(w.cctx.get(), w.bound.get(), bound, plain, plain_bytes,
-                                       opt.zstd_level);
-    GB_CHECK(!ZSTD_isError(z), "zstd: ", ZSTD_getErrorName(z));
-    std::vector<uint8_t>& out = stored[c];
-    if (z < plain_bytes) {
-      out.assign(w.bound.get(), w.bound.get() + z);
-      sizes[c] = static_cast<uint32_t>(z);
-    } else {
-      out.assign(plain, plain + plain_bytes);
-      sizes[c] = static_cast<uint32_t>(plain_bytes) | kStoredRaw;
-    }
+    sizes[c] = compress_chunk(plain, plain_bytes, opt.zstd_level, w, w.bound.get(), bound);
+    stored[c].assign(w.bound.get(), w.bound.get() + stored_bytes(sizes[c]));
   });
   std::vector<uint8_t> payload = write_preamble(l, sizes);
   size_t total = payload.size();

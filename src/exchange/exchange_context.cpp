@@ -90,10 +90,11 @@ std::optional<wire::WireFile> ExchangeContext::read_checked(const std::string& r
   if (!bytes) bytes = mirror.read(rel);
   if (!bytes) return std::nullopt;  // gone meanwhile (garbage-collected): not an error
   try {
-    wire::WireFile file = wire::parse(*bytes, mirror.where(rel));
+    const size_t size = bytes->size();
+    wire::WireFile file = wire::parse(std::move(*bytes), mirror.where(rel));
     wire::check_identity(file.header, config.run_id, config.model_fingerprint, mirror.where(rel));
-    stats.bytes_read += bytes->size();
-    if (rel.starts_with(kRoundsDirPrefix)) count_round_read(rel, bytes->size());
+    stats.bytes_read += size;
+    if (rel.starts_with(kRoundsDirPrefix)) count_round_read(rel, size);
     return file;
   } catch (const std::exception& e) {
     reject(rel, e.what());

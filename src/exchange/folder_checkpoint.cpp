@@ -124,10 +124,10 @@ wire::FileHeader parse_manifest(std::string_view bytes, const std::string& origi
 wire::WireFile read_part(const Source& source, const std::string& rel, const wire::CheckpointManifest& manifest,
                          int index, const FileIdentity& identity) {
   const std::string origin = source.mirror.where(rel);
-  const std::string bytes = source.read_or_throw(rel);
+  std::string bytes = source.read_or_throw(rel);
   wire::WireFile part;
   try {
-    part = wire::parse(bytes, origin);
+    part = wire::parse(std::move(bytes), origin);
     wire::check_identity(part.header, identity.run_id, identity.model_fingerprint, origin);
   } catch (const wire::WireError& e) {
     throw InputError(e.what());  // the caller treats every mismatch alike: try an older checkpoint

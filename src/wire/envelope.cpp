@@ -120,6 +120,17 @@ WireFile parse(std::string_view bytes, const std::string& origin) {
   return file;
 }
 
+WireFile parse(std::string&& bytes, const std::string& origin) {
+  WireFile file;
+  Verification v = verify_impl(bytes, &file.header);
+  if (v.state != FileState::complete)
+    throw WireError(str(origin, ": ", file_state_name(v.state), " gradbox file: ", v.reason));
+  // The payload moves down over the preamble and header in place: no second buffer of its size.
+  bytes.erase(0, kPreambleSize + load_le<uint32_t>(bytes.data() + 12));
+  file.payload = std::move(bytes);
+  return file;
+}
+
 WireFile read_wire_file(const fs::path& path) {
   std::string bytes;
   try {
@@ -127,7 +138,7 @@ WireFile read_wire_file(const fs::path& path) {
   } catch (const InputError& e) {
     throw WireError(e.what());
   }
-  return parse(bytes, path.string());
+  return parse(std::move(bytes), path.string());
 }
 
 void check_identity(const FileHeader& header, const std::string& run_id, uint64_t model_fingerprint,

@@ -67,6 +67,8 @@ Verification verify_file(const fs::path& path);
 
 // Parses a complete file; throws WireError naming `origin` for anything but FileState::complete.
 WireFile parse(std::string_view bytes, const std::string& origin);
+// The same, taking the bytes over: the payload keeps their buffer.
+WireFile parse(std::string&& bytes, const std::string& origin);
 WireFile read_wire_file(const fs::path& path);
 
 // Throws WireError naming `origin` when the file belongs to another run or another model.

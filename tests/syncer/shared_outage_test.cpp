@@ -191,5 +191,23 @@ TEST(SharedFolderOutage, OneWarningPerOutage) {
   EXPECT_EQ(count_lines(log_file, "lists again after"), 2) << read_file(log_file);
 }
 
+// The mounted backend's copies (in the kernel where it can, read/write where it cannot: an
+// O_APPEND target) carry every byte: a new upload, the tail of an interrupted one, a download.
+TEST(MountedBackend, CopiesEveryByteWhetherCreatingCompletingOrDownloading) {
+  const fs::path root = fresh_dir("mounted_copies");
+  fs::create_directories(root / "shared" / "r1");
+  MountedBackend backend(root / "shared");
+  std::string bytes((3 << 20) + 17, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>((i * 2654435761u) >> 13);
+  write_file_atomic(root / "whole.bin", bytes);
+  backend.upload(root / "whole.bin", "r1/new.bin", UploadMode::create_new);
+  EXPECT_EQ(read_file(root / "shared" / "r1" / "new.bin"), bytes);
+  write_file_atomic(root / "shared" / "r1" / "partial.bin", bytes.substr(0, 1 << 20));
+  backend.upload(root / "whole.bin", "r1/partial.bin", UploadMode::complete_own_partial);
+  EXPECT_EQ(read_file(root / "shared" / "r1" / "partial.bin"), bytes);
+  backend.download("r1/new.bin", root / "down.bin");
+  EXPECT_EQ(read_file(root / "down.bin"), bytes);
+}
+
 }  // namespace
 }  // namespace gradbox::syncer

@@ -49,6 +49,10 @@ TEST(Envelope, RoundTrip) {
   EXPECT_EQ(file.header.payload_length(), payload.size());
   EXPECT_EQ(file.header.gradient().round(), 7u);
   EXPECT_EQ(file.header.gradient().worker(), "a");
+  // Taking the bytes over (the payload keeps their buffer) parses the same.
+  const WireFile moved = parse(std::string(bytes), "f");
+  EXPECT_EQ(moved.payload, payload);
+  EXPECT_EQ(moved.header.SerializeAsString(), file.header.SerializeAsString());
 }
 
 TEST(Envelope, EveryPrefixIsIncompleteNeverComplete) {
