@@ -175,6 +175,20 @@ std::optional<uint64_t> fetch_newest_complete(mirror::Mirror& mirror, const fs::
   return std::nullopt;
 }
 
+// A writer (a) and a reader (b) under a fresh root: checkpoints of steps 100 and 200 published
+// by a and mirrored to b once (manifests; parts come on request).
+struct TwoPublishedCheckpoints {
+  explicit TwoPublishedCheckpoints(const std::string& name)
+      : root(fresh_dir(name)), a(root / "a"), b(root / "b"), ma(a), mb(b) {
+    publish(a, 100, "a");
+    publish(a, 200, "a");
+    sync(a, b);
+  }
+  ~TwoPublishedCheckpoints() { fs::remove_all(root); }
+  fs::path root, a, b;
+  DiskMirror ma, mb;
+};
+
 TEST(FolderCheckpoint, ManifestIsWrittenOnlyOnceEveryPartIsUploaded) {
   const fs::path root = fresh_dir("manifest_last");
   const fs::path a = root / "a";
@@ -288,12 +302,9 @@ TEST(FolderCheckpoint, NewestCompleteSkipsANewerOneWithAMissingPart) {
 // A joiner lists with a cache while its checkpoint downloads: the same answer as without one,
 // and a manifest whose bytes changed under it (a hostile copy) is verified again, not reused.
 TEST(FolderCheckpoint, ACachedListingMatchesAFreshOneAndRechecksAChangedManifest) {
-  const fs::path root = fresh_dir("manifest_cache");
-  const fs::path a = root / "a", b = root / "b";
-  DiskMirror ma(a), mb(b);
-  publish(a, 100, "a");
-  publish(a, 200, "a");
-  sync(a, b);
+  TwoPublishedCheckpoints run("manifest_cache");
+  const fs::path& b = run.b;
+  DiskMirror& mb = run.mb;
   ManifestCache cache;
   auto steps = [](const std::vector<FolderCheckpoint>& listed) {
     std::vector<std::pair<uint64_t, uint64_t>> out;
@@ -313,16 +324,12 @@ TEST(FolderCheckpoint, ACachedListingMatchesAFreshOneAndRechecksAChangedManifest
   ASSERT_EQ(after.size(), 1u);
   EXPECT_EQ(after[0].step, 100u);
   EXPECT_EQ(cache.by_rel.size(), 1u);  // only what the listing saw
-  fs::remove_all(root);
 }
 
 TEST(FolderCheckpoint, AFlippedByteInAPartThrowsNamingThePart) {
-  const fs::path root = fresh_dir("flipped");
-  const fs::path a = root / "a", b = root / "b";
-  DiskMirror ma(a), mb(b);
-  publish(a, 100, "a");
-  publish(a, 200, "a");
-  sync(a, b);
+  TwoPublishedCheckpoints run("flipped");
+  const fs::path &a = run.a, &b = run.b;
+  DiskMirror& mb = run.mb;
   for (const FolderCheckpoint& c : list_folder_checkpoints(mb, kRun)) fetch_folder_checkpoint(mb, c, kRun, b / "unused");
   sync(a, b);
   const fs::path part = b / kInboxDir / folder_checkpoint_dir(200, 0, "a") / "part-0003.gbx";
@@ -341,7 +348,6 @@ TEST(FolderCheckpoint, AFlippedByteInAPartThrowsNamingThePart) {
   EXPECT_TRUE(!fs::exists(b / "run") || fs::is_empty(b / "run")) << "temp folder left behind";
   // The caller falls back to the older one.
   EXPECT_EQ(fetch_newest_complete(mb, b / "run"), std::optional<uint64_t>(100));
-  fs::remove_all(root);
 }
 
 TEST(FolderCheckpoint, AWholePartOtherThanTheListedOneIsRefused) {
