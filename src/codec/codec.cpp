@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -87,6 +88,8 @@ void for_each_chunk(size_t chunks, int threads, std::vector<Worker>& workers, Fn
 struct EncodeWorker {
   std::unique_ptr<ZSTD_CCtx, CCtxDeleter> cctx;
   std::vector<uint8_t> plain;
+  std::vector<float> values;   // error feedback: g + r of the chunk
+  std::vector<float> decoded;  // error feedback: a sub-block of what the chunk decodes to
   // zstd's output bound, reused across chunks: a fresh zero-filled vector per chunk cost more
   // than the conversion (memset plus page faults).
   std::unique_ptr<uint8_t[]> bound;
@@ -306,58 +309,121 @@ size_t stored_bytes(uint32_t entry) { return entry & ~kStoredRaw; }
 
 }  // namespace
 
-std::vector<uint8_t> encode(const float* src, size_t n, const CodecOptions& opt) {
+namespace {
+
+// What encode_impl encodes, chunk by chunk: the caller's values as they are, or (error
+// feedback) g + r, after which r becomes (g + r) - decoded, computed from the chunk's plain
+// bytes (zstd is lossless, so they decode to what the payload decodes to: no decompression).
+struct PlainInput {
+  const float* src;
+  const float* values(size_t begin, size_t, EncodeWorker&) const { return src + begin; }
+  void encoded(const PayloadLayout&, size_t, size_t, const uint8_t*, EncodeWorker&) const {}
+};
+
+struct FeedbackInput {
+  const float* grad;
+  float* residual;
+  const float* values(size_t begin, size_t elems, EncodeWorker& w) const {
+    w.values.resize(elems);
+    const float* __restrict__ g = grad + begin;
+    const float* __restrict__ r = residual + begin;
+    float* __restrict__ s = w.values.data();
+    for (size_t i = 0; i < elems; ++i) s[i] = g[i] + r[i];
+    return s;
+  }
+  void encoded(const PayloadLayout& l, size_t begin, size_t elems, const uint8_t* plain, EncodeWorker& w) const {
+    const size_t step = sub_block_elems(l);
+    w.decoded.resize(std::min(step, elems));
+    for (size_t at = 0; at < elems; at += step) {
+      const size_t len = std::min(step, elems - at);
+      plain_to_float(l, plain, elems, at, len, w.decoded.data());
+      const float* __restrict__ s = w.values.data() + at;
+      const float* __restrict__ d = w.decoded.data();
+      float* __restrict__ r = residual + begin + at;
+      for (size_t i = 0; i < len; ++i) {
+        const float e = s[i] - d[i];
+        r[i] = std::isfinite(e) ? e : 0.f;  // an overflow must not poison every later step
+      }
+    }
+  }
+};
+
+// Encodes n values from `input` into out (its bytes replaced, its capacity reused).
+template <class Bytes, class Input>
+void encode_impl(size_t n, const CodecOptions& opt, const Input& input, Bytes& out) {
   validate(opt);
-  GB_CHECK(src != nullptr || n == 0, "null source for ", n, " elements");
   const PayloadLayout l = make_layout(opt, n);
   std::vector<uint32_t> sizes(l.chunks);
   // Kept per calling thread: creating a zstd context (and its workspace) costs more than
   // compressing a small payload, and the exchange encodes one or a few every round.
   thread_local std::vector<EncodeWorker> workers;
+  const std::vector<uint8_t> empty_preamble = write_preamble(l, sizes);
+  out.clear();
   if (std::min<size_t>(std::max(opt.threads, 1), l.chunks) <= 1) {
     // One thread: each chunk goes straight to its place in the payload (the table is filled in
     // at the end). Reserving the bound up front costs address space only, not pages.
     workers.resize(1);
-    std::vector<uint8_t> payload = write_preamble(l, sizes);
-    size_t most = payload.size();
+    size_t most = empty_preamble.size();
     for (size_t c = 0; c < l.chunks; ++c) most += ZSTD_compressBound(l.plain_bytes(l.chunk_size(c)));
-    payload.reserve(most);
+    out.reserve(most);
+    out.resize(empty_preamble.size());
     for (size_t c = 0; c < l.chunks; ++c) {
       const size_t elems = l.chunk_size(c);
       const size_t plain_bytes = l.plain_bytes(elems);
-      const uint8_t* plain = to_plain(l, src + l.chunk_begin(c), elems, workers[0].plain);
-      const size_t at = payload.size();
+      EncodeWorker& w = workers[0];
+      const uint8_t* plain = to_plain(l, input.values(l.chunk_begin(c), elems, w), elems, w.plain);
+      const size_t at = out.size();
       const size_t bound = ZSTD_compressBound(plain_bytes);
-      payload.resize(at + bound);
-      sizes[c] = compress_chunk(plain, plain_bytes, opt.zstd_level, workers[0], payload.data() + at, bound);
-      payload.resize(at + stored_bytes(sizes[c]));
+      out.resize(at + bound);
+      sizes[c] = compress_chunk(plain, plain_bytes, opt.zstd_level, w, reinterpret_cast<uint8_t*>(out.data()) + at, bound);
+      out.resize(at + stored_bytes(sizes[c]));
+      input.encoded(l, l.chunk_begin(c), elems, plain, w);
     }
-    const std::vector<uint8_t> preamble = write_preamble(l, sizes);
-    std::memcpy(payload.data(), preamble.data(), preamble.size());
-    return payload;
-  }
-  std::vector<std::vector<uint8_t>> stored(l.chunks);
-  for_each_chunk(l.chunks, opt.threads, workers, [&](size_t c, EncodeWorker& w) {
-    const size_t elems = l.chunk_size(c);
-    const size_t plain_bytes = l.plain_bytes(elems);
-    const uint8_t* plain = to_plain(l, src + l.chunk_begin(c), elems, w.plain);
-    const size_t bound = ZSTD_compressBound(plain_bytes);
-    if (w.bound_size < bound) {
-      w.bound.reset(new uint8_t[bound]);
-      w.bound_size = bound;
+  } else {
+    std::vector<std::vector<uint8_t>> stored(l.chunks);
+    for_each_chunk(l.chunks, opt.threads, workers, [&](size_t c, EncodeWorker& w) {
+      const size_t elems = l.chunk_size(c);
+      const size_t plain_bytes = l.plain_bytes(elems);
+      const uint8_t* plain = to_plain(l, input.values(l.chunk_begin(c), elems, w), elems, w.plain);
+      const size_t bound = ZSTD_compressBound(plain_bytes);
+      if (w.bound_size < bound) {
+        w.bound.reset(new uint8_t[bound]);
+        w.bound_size = bound;
+      }
+      sizes[c] = compress_chunk(plain, plain_bytes, opt.zstd_level, w, w.bound.get(), bound);
+      stored[c].assign(w.bound.get(), w.bound.get() + stored_bytes(sizes[c]));
+      input.encoded(l, l.chunk_begin(c), elems, plain, w);
+    });
+    size_t total = empty_preamble.size();
+    for (const auto& s : stored) total += s.size();
+    out.reserve(total);
+    out.resize(empty_preamble.size());
+    for (auto& s : stored) {
+      out.insert(out.end(), s.begin(), s.end());
+      std::vector<uint8_t>().swap(s);  // peak memory: the payload about once, not twice
     }
-    sizes[c] = compress_chunk(plain, plain_bytes, opt.zstd_level, w, w.bound.get(), bound);
-    stored[c].assign(w.bound.get(), w.bound.get() + stored_bytes(sizes[c]));
-  });
-  std::vector<uint8_t> payload = write_preamble(l, sizes);
-  size_t total = payload.size();
-  for (const auto& s : stored) total += s.size();
-  payload.reserve(total);
-  for (auto& s : stored) {
-    payload.insert(payload.end(), s.begin(), s.end());
-    std::vector<uint8_t>().swap(s);  // peak memory: the payload about once, not twice
   }
+  const std::vector<uint8_t> preamble = write_preamble(l, sizes);
+  std::memcpy(out.data(), preamble.data(), preamble.size());
+}
+
+}  // namespace
+
+std::vector<uint8_t> encode(const float* src, size_t n, const CodecOptions& opt) {
+  GB_CHECK(src != nullptr || n == 0, "null source for ", n, " elements");
+  std::vector<uint8_t> payload;
+  encode_impl(n, opt, PlainInput{src}, payload);
   return payload;
+}
+
+void encode_into(const float* src, size_t n, const CodecOptions& opt, std::string& out) {
+  GB_CHECK(src != nullptr || n == 0, "null source for ", n, " elements");
+  encode_impl(n, opt, PlainInput{src}, out);
+}
+
+void encode_with_feedback(const float* grad, float* residual, size_t n, const CodecOptions& opt, std::string& out) {
+  GB_CHECK((grad != nullptr && residual != nullptr) || n == 0, "null gradient or residual for ", n, " elements");
+  encode_impl(n, opt, FeedbackInput{grad, residual}, out);
 }
 
 void decode(const uint8_t* payload, size_t size, const CodecOptions& opt, float* dst, size_t n) {

@@ -81,6 +81,13 @@ inline constexpr uint32_t kMaxChunkElems = 1u << 22;  // what decode() accepts
 // Encodes n floats into a self-contained payload. Deterministic: the bytes depend only on
 // the input and (codec, zstd_level, shuffle, int8_block).
 std::vector<uint8_t> encode(const float* src, size_t n, const CodecOptions& opt);
+// The same bytes into out, replacing its contents: a buffer kept across rounds is reused
+// (a fresh one costs its pages' zeroing, more than the fp16 conversion).
+void encode_into(const float* src, size_t n, const CodecOptions& opt, std::string& out);
+// Error feedback in one pass: out = encode(grad + residual), and residual becomes
+// (grad + residual) - decode(out), computed chunk by chunk from the plain bytes before zstd (the
+// payload need not be decompressed); non-finite entries of the new residual become 0.
+void encode_with_feedback(const float* grad, float* residual, size_t n, const CodecOptions& opt, std::string& out);
 // Decodes into exactly n floats. The payload must have been written for n elements and for
 // opt's codec, shuffle and int8_block; CodecError otherwise, and for a truncated or corrupt
 // payload or trailing bytes. On error dst holds unspecified values.
@@ -101,13 +108,13 @@ class ErrorFeedbackEncoder {
   explicit ErrorFeedbackEncoder(CodecOptions opt);
   // The first call (or a set_residual()) fixes n; a different n later is an InputError.
   std::vector<uint8_t> encode(const float* grad, size_t n);
+  void encode_into(const float* grad, size_t n, std::string& out);  // out replaced, its buffer reused
   const std::vector<float>& residual() const;
   void set_residual(std::vector<float>);   // for checkpoint restore; empty: start from zero
 
  private:
   CodecOptions opt_;
   std::vector<float> residual_;
-  std::vector<float> scratch_;
 };
 
 }  // namespace gradbox::codec

@@ -90,7 +90,7 @@ void fsync_dir(const fs::path& dir) {
 // One allocation of the size the file has when opened and one read(2) per 64 MB: exchange
 // files are 100s of MB, and a stream iterator's char-by-char growth cost more than the bytes.
 // A file that grows meanwhile is read to its end all the same.
-std::string read_file(const fs::path& path) {
+void read_file_into(const fs::path& path, std::string& bytes) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw InputError(str(path.string(), ": cannot open: ", errno_text()));
   struct Closer {
@@ -100,7 +100,7 @@ std::string read_file(const fs::path& path) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) throw InputError(str(path.string(), ": cannot stat: ", errno_text()));
   if (S_ISDIR(st.st_mode)) throw InputError(str(path.string(), ": is a directory, not a file"));
-  std::string bytes(static_cast<size_t>(std::max<off_t>(st.st_size, 0)) + 1, '\0');  // + 1: sees the end
+  bytes.resize(static_cast<size_t>(std::max<off_t>(st.st_size, 0)) + 1);  // + 1: sees the end
   size_t have = 0;
   while (true) {
     if (have == bytes.size()) bytes.resize(bytes.size() * 2);
@@ -112,6 +112,11 @@ std::string read_file(const fs::path& path) {
     have += static_cast<size_t>(got);
   }
   bytes.resize(have);
+}
+
+std::string read_file(const fs::path& path) {
+  std::string bytes;
+  read_file_into(path, bytes);
   return bytes;
 }
 

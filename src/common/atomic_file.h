@@ -42,5 +42,8 @@ void replace_file(const fs::path& path, std::string_view bytes);
 void fsync_dir(const fs::path& dir);
 // Reads a whole file; throws InputError naming the file when it cannot.
 std::string read_file(const fs::path& path);
+// The same into out (its contents replaced): a buffer kept from an earlier read of a file as
+// large is reused, without a fresh allocation's page faults.
+void read_file_into(const fs::path& path, std::string& out);
 
 }  // namespace gradbox

@@ -1,5 +1,6 @@
 #include "exchange/exchange_context.h"
 
+#include <algorithm>
 #include <random>
 
 #include "common/checksum.h"
@@ -53,6 +54,22 @@ std::string Incarnation::token(const std::string& what) const {
   return to_hex64(checksum64(keyed.data(), keyed.size()));
 }
 
+std::string BufferPool::take() {
+  if (spare_.empty()) return {};
+  std::string buffer = std::move(spare_.back());
+  spare_.pop_back();
+  return buffer;
+}
+
+void BufferPool::give(std::string&& buffer) {
+  if (buffer.capacity() < kWorthKeeping) return;
+  buffer.clear();
+  const auto at = std::upper_bound(spare_.begin(), spare_.end(), buffer.capacity(),
+                                   [](size_t capacity, const std::string& b) { return capacity < b.capacity(); });
+  spare_.insert(at, std::move(buffer));
+  if (spare_.size() > kKept) spare_.erase(spare_.begin());
+}
+
 ExchangeContext::ExchangeContext(FolderExchangeConfig c, mirror::Mirror& m, mirror::Clock& clk)
     : config(std::move(c)),
       mirror(m),
@@ -85,18 +102,21 @@ uint64_t ExchangeContext::bytes_published_last_day() {
 
 std::optional<wire::WireFile> ExchangeContext::read_checked(const std::string& rel, Side side) {
   if (rejected(rel)) return std::nullopt;
-  std::optional<std::string> bytes;
-  if (side == Side::own_first) bytes = mirror.read_published(rel);
-  if (!bytes) bytes = mirror.read(rel);
-  if (!bytes) return std::nullopt;  // gone meanwhile (garbage-collected): not an error
+  std::string bytes = buffers.take();
+  const bool found = (side == Side::own_first && mirror.read_published_into(rel, bytes)) || mirror.read_into(rel, bytes);
+  if (!found) {  // gone meanwhile (garbage-collected): not an error
+    buffers.give(std::move(bytes));
+    return std::nullopt;
+  }
   try {
-    const size_t size = bytes->size();
-    wire::WireFile file = wire::parse(std::move(*bytes), mirror.where(rel));
+    const size_t size = bytes.size();
+    wire::WireFile file = wire::parse(std::move(bytes), mirror.where(rel));
     wire::check_identity(file.header, config.run_id, config.model_fingerprint, mirror.where(rel));
     stats.bytes_read += size;
     if (rel.starts_with(kRoundsDirPrefix)) count_round_read(rel, size);
     return file;
   } catch (const std::exception& e) {
+    buffers.give(std::move(bytes));  // parse takes the bytes over only when they check out
     reject(rel, e.what());
     return std::nullopt;
   }

@@ -73,6 +73,23 @@ class Incarnation {
   int64_t started_unix_ms_;
 };
 
+// Byte buffers kept across rounds for a round's large files (contributions read and written,
+// reduced shards, their framed copies). A fresh 50 MB buffer costs ~12k page faults and their
+// zeroing, more than encoding it; a buffer kept from the last round costs neither. take()
+// hands out the largest spare (an empty string when there is none); give() keeps the kKept
+// largest of those worth keeping. Between rounds the pool holds about what a round uses.
+class BufferPool {
+ public:
+  std::string take();
+  void give(std::string&& buffer);
+  size_t spare() const { return spare_.size(); }
+
+ private:
+  static constexpr size_t kKept = 8;
+  static constexpr size_t kWorthKeeping = size_t{1} << 20;
+  std::vector<std::string> spare_;  // by capacity, largest last
+};
+
 class ExchangeContext {
  public:
   ExchangeContext(FolderExchangeConfig config, mirror::Mirror& mirror, mirror::Clock& clock);
@@ -82,6 +99,7 @@ class ExchangeContext {
   mirror::Clock& clock;
   ExchangeStats stats;
   Incarnation incarnation;
+  BufferPool buffers;
 
   const log::Logger& log() const { return logger_; }  // "exchange <worker>": many share a simulation
   FileIdentity identity() const { return FileIdentity{config.run_id, config.model_fingerprint}; }
@@ -91,6 +109,7 @@ class ExchangeContext {
   uint64_t bytes_published_last_day();
   // A peer's file (or, with Side::own_first, this worker's own when it has one under that name),
   // parsed and checked to belong to this run; nullopt, logged and counted, when it must not be used.
+  // Its payload's buffer comes from `buffers`: give it back there once done with it.
   enum class Side { peers, own_first };
   std::optional<wire::WireFile> read_checked(const std::string& rel, Side side = Side::peers);
   void reject(const std::string& rel, const std::string& reason);

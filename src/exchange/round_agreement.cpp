@@ -64,7 +64,9 @@ void RoundAgreement::start(uint64_t round, float* grad, size_t n, const LocalCon
   guest_ = guest && !member_;
   guests_.clear();
   shards_.assign(shards, ShardOutcome{});
-  own_payloads_.assign(shards, std::string());
+  recycle_buffers();
+  own_payloads_.resize(shards);
+  for (std::string& payload : own_payloads_) payload.clear();
   own_checksums_.assign(shards, 0);
   own_files_.assign(shards, std::string());
   own_agreements_.clear();
@@ -78,6 +80,15 @@ void RoundAgreement::start(uint64_t round, float* grad, size_t n, const LocalCon
   if (member_ || guest_) publish_contributions();
   contributed_at_ = context_.clock.now_s();
   round_origin_ = contributed_at_;
+}
+
+// The last round's large buffers go back to the context's pool (or, own payloads, stay here).
+void RoundAgreement::recycle_buffers() {
+  for (auto& shard : checked_)
+    for (auto& [worker, checked] : shard) context_.buffers.give(std::move(checked.file.payload));
+  checked_.clear();
+  for (auto& [name, bytes] : own_agreements_) context_.buffers.give(std::move(bytes));
+  own_agreements_.clear();
 }
 
 void RoundAgreement::become_sole_member() {
@@ -143,7 +154,7 @@ void RoundAgreement::check_new_contributions(const std::vector<mirror::Arrival>&
     Contributor contributor{parsed->worker, g.tokens(), g.loss(), g.overflow(), wf->header.payload_checksum(), file.name};
     // Only a sharded owner sums from here (a slice each); all-gather reads each again when it
     // applies the commit, one at a time, instead of holding every peer's gradient.
-    if (context_.config.pattern == ExchangePattern::all_gather) wf->payload = std::string();
+    if (context_.config.pattern == ExchangePattern::all_gather) context_.buffers.give(std::move(wf->payload));
     checked_[parsed->shard].emplace(parsed->worker, Checked{std::move(contributor), std::move(*wf)});
     round_origin_ = std::min(round_origin_, now - static_cast<double>(now_ms - file.arrived_unix_ms) / 1000.0);
   }
@@ -232,10 +243,20 @@ std::vector<RoundAgreement::Candidate> RoundAgreement::candidates(uint32_t shard
 bool RoundAgreement::try_apply(uint32_t k, const std::set<std::string>& visible) {
   for (const Candidate& candidate : candidates(k, visible)) {
     if (context_.rejected(round_dir() + "/" + candidate.name)) continue;
-    std::optional<wire::WireFile> file = load_agreement(candidate.name);
-    if (!file) continue;
-    const bool applied = context_.config.pattern == ExchangePattern::sharded ? apply_reduced(k, *file, candidate.name)
-                                                                             : apply_commit(k, *file, candidate.name, visible);
+    // This worker's own agreement is read where it is kept; a peer's from the mirror, into a
+    // pooled buffer that goes back once applied.
+    std::optional<wire::WireFile> read;
+    wire::WireView file;
+    if (auto own = own_agreements_.find(candidate.name); own != own_agreements_.end()) {
+      file = wire::parse_view(own->second, "own " + candidate.name);
+    } else {
+      read = context_.read_checked(round_dir() + "/" + candidate.name, ExchangeContext::Side::own_first);
+      if (!read) continue;
+      file = wire::WireView{std::move(read->header), read->payload};
+    }
+    const bool applied = context_.config.pattern == ExchangePattern::sharded ? apply_reduced(k, file, candidate.name)
+                                                                             : apply_commit(k, file, candidate.name, visible);
+    if (read) context_.buffers.give(std::move(read->payload));
     if (!applied) {
       if (context_.rejected(round_dir() + "/" + candidate.name)) continue;  // a bad one: the next in line may do
       return false;  // waiting for contributions the agreement names
@@ -248,12 +269,6 @@ bool RoundAgreement::try_apply(uint32_t k, const std::set<std::string>& visible)
     return true;
   }
   return false;
-}
-
-std::optional<wire::WireFile> RoundAgreement::load_agreement(const std::string& name) {
-  auto own = own_agreements_.find(name);
-  if (own != own_agreements_.end()) return wire::parse(own->second, "own " + name);
-  return context_.read_checked(round_dir() + "/" + name, ExchangeContext::Side::own_first);
 }
 
 bool RoundAgreement::valid_shape(uint64_t round, uint32_t shard, uint32_t count, uint32_t expected, const std::string& name) {
@@ -278,7 +293,7 @@ TokenWeightedSum::Accumulate RoundAgreement::rejecting(const std::string& rel, T
 }
 
 // All-gather: sum exactly the contributions the commit pins, in worker order.
-bool RoundAgreement::apply_commit(uint32_t k, const wire::WireFile& file, const std::string& name,
+bool RoundAgreement::apply_commit(uint32_t k, const wire::WireView& file, const std::string& name,
                                   const std::set<std::string>& visible) {
   const std::string rel = round_dir() + "/" + name;
   if (!file.header.has_commit()) {
@@ -318,6 +333,11 @@ bool RoundAgreement::apply_commit(uint32_t k, const wire::WireFile& file, const 
     sum.add(c.worker, c.tokens, [this, part, c, name](float weight, float* out, size_t n) {
       std::optional<wire::WireFile> contribution = context_.read_checked(part, ExchangeContext::Side::own_first);
       if (!contribution) throw wire::WireError(str(part, ": not readable (gone, or rejected)"));
+      struct GiveBack {
+        BufferPool& pool;
+        std::string& bytes;
+        ~GiveBack() { pool.give(std::move(bytes)); }
+      } give_back{context_.buffers, contribution->payload};
       if (checksum64(contribution->payload.data(), contribution->payload.size()) != c.checksum) {
         context_.reject(part, str(part, ": is not the contribution commit ", name, " names (checksum differs)"));
         throw wire::WireError(str(part, ": checksum differs from the commit's"));
@@ -342,7 +362,7 @@ bool RoundAgreement::apply_commit(uint32_t k, const wire::WireFile& file, const 
 }
 
 // Sharded: the owner already averaged; decode its result.
-bool RoundAgreement::apply_reduced(uint32_t k, const wire::WireFile& file, const std::string& name) {
+bool RoundAgreement::apply_reduced(uint32_t k, const wire::WireView& file, const std::string& name) {
   const std::string rel = round_dir() + "/" + name;
   if (!file.header.has_gradient() || !file.header.gradient().reduced()) {
     context_.reject(rel, str(rel, ": not a reduced shard"));

@@ -108,9 +108,9 @@ class RoundAgreement {
   double contribution_deadline();
   std::vector<Candidate> candidates(uint32_t shard, const std::set<std::string>& visible) const;
   bool try_apply(uint32_t shard, const std::set<std::string>& visible);
-  std::optional<wire::WireFile> load_agreement(const std::string& name);
-  bool apply_commit(uint32_t shard, const wire::WireFile& file, const std::string& name, const std::set<std::string>& visible);
-  bool apply_reduced(uint32_t shard, const wire::WireFile& file, const std::string& name);
+  bool apply_commit(uint32_t shard, const wire::WireView& file, const std::string& name, const std::set<std::string>& visible);
+  bool apply_reduced(uint32_t shard, const wire::WireView& file, const std::string& name);
+  void recycle_buffers();
   bool valid_shape(uint64_t round, uint32_t shard, uint32_t count, uint32_t expected, const std::string& name);
   void maybe_publish(uint32_t shard, const std::set<std::string>& visible);
   void request_contributions(uint32_t shard);
@@ -141,7 +141,8 @@ class RoundAgreement {
   bool counted_blind_ = false;
   bool overtaken_ = false;
   std::vector<ShardOutcome> shards_;
-  std::vector<std::string> own_payloads_;
+  std::vector<std::string> own_payloads_;  // buffers kept from round to round
+  std::vector<float> reduced_;              // an owner's sum of its shard, kept likewise
   std::vector<uint64_t> own_checksums_;
   std::vector<std::string> own_files_;
   std::map<std::string, std::string> own_agreements_;  // name -> bytes, until they land

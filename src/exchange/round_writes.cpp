@@ -92,18 +92,19 @@ void RoundAgreement::publish_contributions() {
     g->set_tokens(mine_.tokens);
     g->set_loss(mine_.loss);
     g->set_overflow(mine_.overflow);
-    std::string payload;
+    std::string& payload = own_payloads_[k];  // this round's, in last round's buffer
+    payload.clear();
     if (!mine_.overflow) {
-      // Error feedback only where the codec loses something (it costs a full decode).
-      std::vector<uint8_t> encoded = c.codec.codec == codec::Codec::fp32
-                                         ? codec::encode(grad_ + range.begin, range.size(), c.codec)
-                                         : (*part_encoders_)[k].encode(grad_ + range.begin, range.size());
-      payload.assign(reinterpret_cast<const char*>(encoded.data()), encoded.size());
+      // Error feedback only where the codec loses something.
+      if (c.codec.codec == codec::Codec::fp32) codec::encode_into(grad_ + range.begin, range.size(), c.codec, payload);
+      else (*part_encoders_)[k].encode_into(grad_ + range.begin, range.size(), payload);
     }
     own_checksums_[k] = checksum64(payload.data(), payload.size());
     own_files_[k] = contribution_name(c.worker, k, context_.incarnation.token(str("g/", round_, "/", k)));
-    context_.publish(round_dir() + "/" + own_files_[k], wire::frame(header, payload));
-    own_payloads_[k] = std::move(payload);
+    std::string framed = context_.buffers.take();
+    wire::frame_into(header, payload, framed);
+    context_.publish(round_dir() + "/" + own_files_[k], framed);
+    context_.buffers.give(std::move(framed));
   }
 }
 
@@ -150,7 +151,8 @@ void RoundAgreement::publish_agreement(uint32_t k, uint32_t epoch) {
     g->set_tokens(total);
     if (!overflow) {
       TokenWeightedSum sum;
-      std::vector<float> reduced(range.size());
+      std::vector<float>& reduced = reduced_;
+      reduced.resize(range.size());
       try {
         for (const Contributor& x : contributors) {
           if (x.worker == c.worker) {
@@ -171,14 +173,16 @@ void RoundAgreement::publish_agreement(uint32_t k, uint32_t epoch) {
         });
         return;
       }
-      std::vector<uint8_t> encoded = codec::encode(reduced.data(), reduced.size(), c.codec);
-      payload.assign(reinterpret_cast<const char*>(encoded.data()), encoded.size());
+      payload = context_.buffers.take();
+      codec::encode_into(reduced.data(), reduced.size(), c.codec, payload);
     }
   }
   for (const std::string& m : members_) view->add_members(m);
   if (k == 0) decide_view_(view, contributors);
   const std::string name = agreement_name(c.pattern, k, epoch, c.worker, context_.incarnation.token(str("a/", round_, "/", k, "/", epoch)));
-  std::string bytes = wire::frame(header, payload);
+  std::string bytes = payload.empty() ? std::string() : context_.buffers.take();  // a commit is small
+  wire::frame_into(header, payload, bytes);
+  context_.buffers.give(std::move(payload));
   context_.publish(round_dir() + "/" + name, bytes);
   own_agreements_[name] = std::move(bytes);
   ++context_.stats.agreements_published;

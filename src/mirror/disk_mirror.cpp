@@ -34,13 +34,20 @@ int64_t mtime_unix_ms(const fs::path& path) {
   return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000 + st.st_mtim.tv_nsec / 1000000;
 }
 
-std::optional<std::string> read_if_exists(const fs::path& path) {
-  if (!path_exists(path)) return std::nullopt;
+bool read_if_exists(const fs::path& path, std::string& out) {
+  if (!path_exists(path)) return false;
   try {
-    return read_file(path);
+    read_file_into(path, out);
+    return true;
   } catch (const InputError&) {
-    return std::nullopt;  // removed between the check and the read
+    return false;  // removed between the check and the read
   }
+}
+
+std::optional<std::string> read_if_exists(const fs::path& path) {
+  std::string bytes;
+  if (!read_if_exists(path, bytes)) return std::nullopt;
+  return bytes;
 }
 
 // Removes own files under dir, keeping the syncer's .sent markers (they tell it what to delete
@@ -132,9 +139,17 @@ std::vector<std::string> DiskMirror::list_dirs(const std::string& dir) {
 }
 
 std::optional<std::string> DiskMirror::read(const std::string& rel) {
-  if (!path_exists(inbox_ / with(rel, kFlagSuffix))) return std::nullopt;  // never a file still arriving
-  return read_if_exists(inbox_ / rel);
+  std::string bytes;
+  if (!read_into(rel, bytes)) return std::nullopt;
+  return bytes;
 }
+
+bool DiskMirror::read_into(const std::string& rel, std::string& out) {
+  if (!path_exists(inbox_ / with(rel, kFlagSuffix))) return false;  // never a file still arriving
+  return read_if_exists(inbox_ / rel, out);
+}
+
+bool DiskMirror::read_published_into(const std::string& rel, std::string& out) { return read_if_exists(outbox_ / rel, out); }
 
 void DiskMirror::request(const std::string& rel) {
   const fs::path path = requests_ / rel;

@@ -22,6 +22,8 @@ class DiskMirror final : public Mirror {
   std::vector<Arrival> list(const std::string& dir) override;
   std::vector<std::string> list_dirs(const std::string& dir) override;
   std::optional<std::string> read(const std::string& rel) override;
+  bool read_into(const std::string& rel, std::string& out) override;
+  bool read_published_into(const std::string& rel, std::string& out) override;
   void request(const std::string& rel) override;
   void forget(const std::string& rel) override;
 

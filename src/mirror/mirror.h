@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace gradbox::mirror {
@@ -51,6 +52,10 @@ class Mirror {
   virtual std::vector<std::string> list_dirs(const std::string& dir) = 0;
   // A whole, verified peer file; nullopt when there is none (yet, or no longer).
   virtual std::optional<std::string> read(const std::string& rel) = 0;
+  // read() and read_published() into the caller's buffer (contents replaced, capacity reused:
+  // the exchange reads a 50 MB shard every round); false when there is no file.
+  virtual bool read_into(const std::string& rel, std::string& out) { return take(read(rel), out); }
+  virtual bool read_published_into(const std::string& rel, std::string& out) { return take(read_published(rel), out); }
   // Files the syncer fetches only on demand (sync_contract.h) are fetched from now on: rel
   // names one file, or a prefix of the names of files in its folder ("rounds/r00000012/g-a-s0-"
   // asks for every contribution of a to shard 0, whatever its unpredictable token).
@@ -67,6 +72,13 @@ class Mirror {
   virtual uint64_t settled_passes() = 0;
   // Where a person finds rel, for messages ("/content/run/w1/sync/inbox/rounds/r00000012/...").
   virtual std::string where(const std::string& rel) const = 0;
+
+ private:
+  static bool take(std::optional<std::string>&& bytes, std::string& out) {
+    if (!bytes) return false;
+    out = std::move(*bytes);
+    return true;
+  }
 };
 
 }  // namespace gradbox::mirror

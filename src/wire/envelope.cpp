@@ -1,6 +1,14 @@
 #include "wire/envelope.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <cstring>
+#include <optional>
+#include <vector>
 
 #include "common/atomic_file.h"
 #include "common/checksum.h"
@@ -27,8 +35,10 @@ Verification result(FileState state, std::string reason, uint64_t expected = 0) 
   return Verification{state, std::move(reason), expected};
 }
 
-// Verifies and, when complete, parses the header into *header.
-Verification verify_impl(std::string_view bytes, FileHeader* header) {
+// The preamble and header of a file whose first bytes are `bytes` (and maybe more after them,
+// not given): nullopt when they are whole and sound, with the header parsed and its size set;
+// otherwise why not.
+std::optional<Verification> check_head(std::string_view bytes, FileHeader& header, size_t& header_size) {
   if (bytes.size() < kPreambleSize) {
     // A 0-byte placeholder or the first bytes of an upload; unless the magic is already wrong.
     size_t n = std::min(bytes.size(), sizeof(kMagic));
@@ -40,7 +50,7 @@ Verification verify_impl(std::string_view bytes, FileHeader* header) {
   uint32_t frame_version = load_le<uint32_t>(bytes.data() + 8);
   if (frame_version != kFrameVersion)
     return result(FileState::unsupported, str("frame version ", frame_version, ", this build reads ", kFrameVersion));
-  uint32_t header_size = load_le<uint32_t>(bytes.data() + 12);
+  header_size = load_le<uint32_t>(bytes.data() + 12);
   uint64_t header_sum = load_le<uint64_t>(bytes.data() + 16);
   if (header_size > kMaxHeaderSize)
     return result(FileState::corrupt, str("header length ", header_size, " exceeds ", kMaxHeaderSize));
@@ -49,16 +59,27 @@ Verification verify_impl(std::string_view bytes, FileHeader* header) {
   std::string_view header_bytes = bytes.substr(kPreambleSize, header_size);
   if (checksum64(header_bytes.data(), header_bytes.size()) != header_sum)
     return result(FileState::corrupt, "header checksum mismatch");
-  FileHeader parsed;
-  if (!parsed.ParseFromArray(header_bytes.data(), static_cast<int>(header_bytes.size())))
+  if (!header.ParseFromArray(header_bytes.data(), static_cast<int>(header_bytes.size())))
     return result(FileState::corrupt, "header does not parse");
-  if (parsed.version() == 0 || parsed.version() > kWireVersion)
-    return result(FileState::unsupported, str("wire version ", parsed.version(), ", this build reads 1..", kWireVersion));
-  uint64_t expected = kPreambleSize + header_size + parsed.payload_length();
-  if (bytes.size() < expected)
-    return result(FileState::incomplete, str("only ", bytes.size(), " of ", expected, " bytes"), expected);
-  if (bytes.size() > expected)
-    return result(FileState::corrupt, str(bytes.size(), " bytes, but the header declares ", expected), expected);
+  if (header.version() == 0 || header.version() > kWireVersion)
+    return result(FileState::unsupported, str("wire version ", header.version(), ", this build reads 1..", kWireVersion));
+  return std::nullopt;
+}
+
+// A file of `size` bytes against the length its header declares.
+std::optional<Verification> check_size(uint64_t size, uint64_t expected) {
+  if (size < expected) return result(FileState::incomplete, str("only ", size, " of ", expected, " bytes"), expected);
+  if (size > expected) return result(FileState::corrupt, str(size, " bytes, but the header declares ", expected), expected);
+  return std::nullopt;
+}
+
+// Verifies and, when complete, parses the header into *header.
+Verification verify_impl(std::string_view bytes, FileHeader* header) {
+  FileHeader parsed;
+  size_t header_size = 0;
+  if (std::optional<Verification> bad = check_head(bytes, parsed, header_size)) return *bad;
+  const uint64_t expected = kPreambleSize + header_size + parsed.payload_length();
+  if (std::optional<Verification> bad = check_size(bytes.size(), expected)) return *bad;
   std::string_view payload = bytes.substr(kPreambleSize + header_size);
   if (checksum64(payload.data(), payload.size()) != parsed.payload_checksum())
     return result(FileState::corrupt, "payload checksum mismatch", expected);
@@ -79,13 +100,19 @@ const char* file_state_name(FileState state) {
 }
 
 std::string frame(FileHeader header, std::string_view payload) {
+  std::string out;
+  frame_into(std::move(header), payload, out);
+  return out;
+}
+
+void frame_into(FileHeader header, std::string_view payload, std::string& out) {
   header.set_version(kWireVersion);
   header.set_payload_length(payload.size());
   header.set_payload_checksum(checksum64(payload.data(), payload.size()));
   std::string header_bytes;
   GB_CHECK(header.SerializeToString(&header_bytes), "FileHeader does not serialise");
   GB_CHECK(header_bytes.size() <= kMaxHeaderSize, "header of ", header_bytes.size(), " bytes");
-  std::string out;
+  out.clear();
   out.reserve(kPreambleSize + header_bytes.size() + payload.size());
   out.append(kMagic, sizeof(kMagic));
   append_le<uint32_t>(out, kFrameVersion);
@@ -93,7 +120,6 @@ std::string frame(FileHeader header, std::string_view payload) {
   append_le<uint64_t>(out, checksum64(header_bytes.data(), header_bytes.size()));
   out += header_bytes;
   out += payload;
-  return out;
 }
 
 Verification verify_bytes(std::string_view bytes) { return verify_impl(bytes, nullptr); }
@@ -101,23 +127,75 @@ Verification verify_bytes(std::string_view bytes) { return verify_impl(bytes, nu
 Verification verify_file(const fs::path& path) {
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) return result(FileState::incomplete, "no such file");
-  std::string bytes;
-  try {
-    bytes = read_file(path);
-  } catch (const InputError& e) {
-    return result(FileState::incomplete, e.what());  // vanished or unreadable for now
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return result(FileState::incomplete, str("cannot open: ", std::strerror(errno)));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  // Reads up to `want` bytes at `offset` (fewer at the file's end); nullopt on a read error.
+  auto read_at = [fd](uint64_t offset, char* into, size_t want) -> std::optional<size_t> {
+    size_t got = 0;
+    while (got < want) {
+      const ssize_t r = ::pread(fd, into + got, want - got, static_cast<off_t>(offset + got));
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) return std::nullopt;
+      if (r == 0) break;
+      got += static_cast<size_t>(r);
+    }
+    return got;
+  };
+  const auto read_failed = [] { return result(FileState::incomplete, str("read failed: ", std::strerror(errno))); };
+  std::string head(kPreambleSize, '\0');
+  std::optional<size_t> got = read_at(0, head.data(), head.size());
+  if (!got) return read_failed();
+  head.resize(*got);
+  if (head.size() == kPreambleSize) {
+    const size_t declared = load_le<uint32_t>(head.data() + 12);
+    if (declared <= kMaxHeaderSize) {
+      head.resize(kPreambleSize + declared);
+      if (!(got = read_at(kPreambleSize, head.data() + kPreambleSize, declared))) return read_failed();
+      head.resize(kPreambleSize + *got);
+    }
   }
-  return verify_bytes(bytes);
+  FileHeader header;
+  size_t header_size = 0;
+  if (std::optional<Verification> bad = check_head(head, header, header_size)) return *bad;
+  const uint64_t expected = kPreambleSize + header_size + header.payload_length();
+  // The payload in pieces, then one byte past its declared end: the length the reads reach is
+  // the file's length, as a whole read's would be.
+  Checksum64Stream sum;
+  thread_local std::vector<char> piece(size_t{1} << 20);
+  uint64_t offset = kPreambleSize + header_size;
+  while (offset < expected) {
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(piece.size(), expected - offset));
+    if (!(got = read_at(offset, piece.data(), want))) return read_failed();
+    sum.update(piece.data(), *got);
+    offset += *got;
+    if (*got < want) break;
+  }
+  char past = 0;
+  if (offset == expected) {
+    if (!(got = read_at(offset, &past, 1))) return read_failed();
+    offset += *got;
+  }
+  if (std::optional<Verification> bad = check_size(offset, expected)) return *bad;
+  if (sum.digest() != header.payload_checksum()) return result(FileState::corrupt, "payload checksum mismatch", expected);
+  return result(FileState::complete, "", expected);
+}
+
+WireView parse_view(std::string_view bytes, const std::string& origin) {
+  WireView view;
+  Verification v = verify_impl(bytes, &view.header);
+  if (v.state != FileState::complete)
+    throw WireError(str(origin, ": ", file_state_name(v.state), " gradbox file: ", v.reason));
+  view.payload = bytes.substr(kPreambleSize + load_le<uint32_t>(bytes.data() + 12));
+  return view;
 }
 
 WireFile parse(std::string_view bytes, const std::string& origin) {
-  WireFile file;
-  Verification v = verify_impl(bytes, &file.header);
-  if (v.state != FileState::complete)
-    throw WireError(str(origin, ": ", file_state_name(v.state), " gradbox file: ", v.reason));
-  size_t header_size = load_le<uint32_t>(bytes.data() + 12);
-  file.payload.assign(bytes.substr(kPreambleSize + header_size));
-  return file;
+  WireView view = parse_view(bytes, origin);
+  return WireFile{std::move(view.header), std::string(view.payload)};
 }
 
 WireFile parse(std::string&& bytes, const std::string& origin) {

@@ -59,16 +59,28 @@ struct WireFile {
   std::string payload;
 };
 
+// A complete file's header and a view of its payload in the bytes it was parsed from.
+struct WireView {
+  FileHeader header;
+  std::string_view payload;
+};
+
 // Serialises `header` (filling version, payload_length and payload_checksum) and the payload.
 std::string frame(FileHeader header, std::string_view payload);
+// The same into out (its contents replaced, its buffer reused).
+void frame_into(FileHeader header, std::string_view payload, std::string& out);
 
 Verification verify_bytes(std::string_view bytes);
+// Reads the preamble and header, then checksums the payload in pieces (a file is never held
+// whole: the syncer verifies every download of a 50 MB shard with this).
 Verification verify_file(const fs::path& path);
 
 // Parses a complete file; throws WireError naming `origin` for anything but FileState::complete.
 WireFile parse(std::string_view bytes, const std::string& origin);
 // The same, taking the bytes over: the payload keeps their buffer.
 WireFile parse(std::string&& bytes, const std::string& origin);
+// The same checks; the payload stays where it is (valid while bytes are).
+WireView parse_view(std::string_view bytes, const std::string& origin);
 WireFile read_wire_file(const fs::path& path);
 
 // Throws WireError naming `origin` when the file belongs to another run or another model.

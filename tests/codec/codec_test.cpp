@@ -394,6 +394,42 @@ TEST(ErrorFeedback, ResidualRestoreAndNonFinite) {
   }
 }
 
+// The one-pass error feedback (residual from each chunk's plain bytes) is the definition,
+// bit for bit: payload = encode(g + r), r' = (g + r) - decode(payload), non-finite -> 0. Over
+// several chunks (a short last one), one and three threads, every codec; and encode_into into a
+// reused buffer writes encode()'s bytes.
+TEST(ErrorFeedback, OnePassEqualsEncodeThenDecode) {
+  const size_t n = 2 * kChunkElems + 4097;
+  std::vector<float> g = gaussian(n, 21), r0 = gaussian(n, 22);
+  for (size_t i = 0; i < n; ++i) r0[i] *= 1e-3f;
+  g[5] = INFINITY;
+  g[kChunkElems + 7] = NAN;
+  std::string reused;
+  for (Codec codec : kAll) {
+    for (int threads : {1, 3}) {
+      const CodecOptions o = options(codec, true, threads);
+      std::vector<float> s(n);
+      for (size_t i = 0; i < n; ++i) s[i] = g[i] + r0[i];
+      const std::vector<uint8_t> expected = encode(s.data(), n, o);
+      std::vector<float> decoded(n);
+      decode(expected.data(), expected.size(), o, decoded.data(), n);
+      std::vector<float> residual = r0;
+      encode_with_feedback(g.data(), residual.data(), n, o, reused);
+      ASSERT_EQ(reused.size(), expected.size()) << codec_name(codec) << " threads " << threads;
+      EXPECT_TRUE(same_bytes(reused.data(), expected.data(), expected.size())) << codec_name(codec) << " threads " << threads;
+      size_t differ = 0;
+      for (size_t i = 0; i < n; ++i) {
+        const float e = s[i] - decoded[i];
+        differ += bits(residual[i]) != bits(std::isfinite(e) ? e : 0.f);
+      }
+      EXPECT_EQ(differ, 0u) << codec_name(codec) << " threads " << threads;
+      encode_into(s.data(), n, o, reused);
+      ASSERT_EQ(reused.size(), expected.size());
+      EXPECT_TRUE(same_bytes(reused.data(), expected.data(), expected.size())) << codec_name(codec) << " threads " << threads;
+    }
+  }
+}
+
 TEST(Codec, DecodeAccumulateEqualsDecodeThenAxpy) {
   for (Codec c : kAll) {
     for (bool shuffle : {false, true}) {

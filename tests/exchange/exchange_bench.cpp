@@ -28,7 +28,10 @@
 //     listing the folder mid-upload downloads a prefix, finds it incomplete and retries. So the
 //     bytes of the round's finished files (this worker's outbox, its flagged inbox files) are
 //     printed beside it, with the number of partial reads;
-//   - the relative L2 error of the agreed average against the exact fp32 average.
+//   - the relative L2 error of the agreed average against the exact fp32 average;
+//   - beside the all_reduce time, the same round's codec work alone (run_codec_round: N threads
+//     at once doing exactly the encodes and decodes a round does, no files) and the ratio of the
+//     two, the exchange's overhead over what its bytes cost (target <= 1.5x).
 // Before that, encode-only, decode-only and error-feedback encode time of the whole gradient
 // per codec, for context. Checks (checksums, the exact average) run between barriers, outside
 // the timed calls.
@@ -59,6 +62,7 @@
 #include "common/checksum.h"
 #include "common/log.h"
 #include "exchange/folder_exchange.h"
+#include "exchange/round_agreement.h"  // shard_range
 #include "syncer/mounted_backend.h"
 #include "syncer/syncer.h"
 
@@ -174,6 +178,10 @@ struct CodecContext {
   double decode_s = 0;
 };
 
+struct CodecRound {  // run_codec_round's result
+  double med_s = 0, med_slowest_s = 0;
+};
+
 struct ConfigResult {
   std::string pattern, codec;
   double enc_mb = 0;
@@ -184,6 +192,7 @@ struct ConfigResult {
   double up_enc = 0, down_enc = 0;         // as a multiple of one encoded gradient
   double exp_up = 0, exp_down = 0;         // the pattern's expectation, in encoded gradients
   double rel_err = 0;                      // max over rounds
+  CodecRound codec_only;                   // the same round's codec work alone
   uint64_t failovers_or_missing = 0;
   bool ok = true;
   std::string problem;
@@ -395,6 +404,86 @@ ConfigResult run_config(const Options& opt, const std::vector<float>& base, exch
   return res;
 }
 
+// The codec work of one all_reduce and nothing else, as the baseline the exchange is measured
+// against: per worker, error-feedback encode of each of its contributions (plain encode for fp32,
+// as the exchange does), then the sum of its shard from every contribution (decode_accumulate),
+// and for sharded the encode of the reduced shard and the decode of the others' reduced shards.
+// The N workers run at once in N threads on the same cores as the exchange's workers, the
+// payloads they decode are prepared beforehand, and buffers are reused across rounds as the
+// exchange reuses them. What the exchange costs beyond this is files, syncing and waiting.
+CodecRound run_codec_round(const Options& opt, const std::vector<float>& base, exchange::ExchangePattern pattern,
+                           codec::Codec kind) {
+  const int N = opt.workers;
+  const size_t n = base.size();
+  const bool sharded = pattern == exchange::ExchangePattern::sharded;
+  const uint32_t S = sharded ? static_cast<uint32_t>(N) : 1;
+  codec::CodecOptions o = codec::default_options(kind);
+  o.threads = 1;
+  const float weight = exchange::contribution_weight(1, N);
+  auto range = [&](uint32_t k) { return exchange::shard_range(n, S, k); };
+
+  // What peers' files would carry: every worker's contributions and every shard's reduced result.
+  std::vector<std::vector<std::string>> contribution(N, std::vector<std::string>(S));
+  std::vector<std::string> reduced(S);
+  {
+    std::vector<float> g(n);
+    for (int w = 0; w < N; ++w) {
+      for (size_t i = 0; i < n; ++i) g[i] = base[i] * scale_of(w, 1);
+      for (uint32_t k = 0; k < S; ++k) codec::encode_into(g.data() + range(k).begin, range(k).size(), o, contribution[w][k]);
+    }
+    for (uint32_t k = 0; k < S; ++k) codec::encode_into(base.data() + range(k).begin, range(k).size(), o, reduced[k]);
+  }
+
+  std::vector<std::vector<double>> times(N, std::vector<double>(opt.rounds));
+  std::barrier sync_point(N);
+  auto worker_main = [&](int w) {
+    std::vector<codec::ErrorFeedbackEncoder> encoders(S, codec::ErrorFeedbackEncoder(o));
+    std::vector<std::string> own(S);
+    std::string own_reduced;
+    std::vector<float> g(n), sum;
+    const uint32_t mine = sharded ? static_cast<uint32_t>(w) : 0;
+    for (int r = 1; r <= opt.rounds; ++r) {
+      const float s = scale_of(w, r);
+      for (size_t i = 0; i < n; ++i) g[i] = base[i] * s;
+      sync_point.arrive_and_wait();
+      const auto t0 = Clock::now();
+      for (uint32_t k = 0; k < S; ++k) {
+        if (kind == codec::Codec::fp32) codec::encode_into(g.data() + range(k).begin, range(k).size(), o, own[k]);
+        else encoders[k].encode_into(g.data() + range(k).begin, range(k).size(), own[k]);
+      }
+      const exchange::ShardRange m = range(mine);
+      float* out = sharded ? (sum.resize(m.size()), sum.data()) : g.data();
+      std::fill(out, out + m.size(), 0.0f);
+      for (int v = 0; v < N; ++v) {
+        const std::string& p = v == w ? own[mine] : contribution[v][mine];
+        codec::decode_accumulate(reinterpret_cast<const uint8_t*>(p.data()), p.size(), o, weight, out, m.size());
+      }
+      if (sharded) {
+        codec::encode_into(sum.data(), sum.size(), o, own_reduced);
+        for (uint32_t k = 0; k < S; ++k)
+          if (k != mine)
+            codec::decode(reinterpret_cast<const uint8_t*>(reduced[k].data()), reduced[k].size(), o,
+                          g.data() + range(k).begin, range(k).size());
+      }
+      times[w][r - 1] = seconds(t0, Clock::now());
+      sync_point.arrive_and_wait();
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int w = 0; w < N; ++w) threads.emplace_back(worker_main, w);
+  for (std::thread& t : threads) t.join();
+  std::vector<double> all, slowest;
+  for (int r = 0; r < opt.rounds; ++r) {
+    double worst = 0;
+    for (int w = 0; w < N; ++w) {
+      all.push_back(times[w][r]);
+      worst = std::max(worst, times[w][r]);
+    }
+    slowest.push_back(worst);
+  }
+  return {median(all), median(slowest)};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -464,12 +553,14 @@ int main(int argc, char** argv) try {
       std::printf("\n== %s %s: %d rounds ...\n", p.c_str(), name.c_str(), opt.rounds);
       const auto t0 = Clock::now();
       ConfigResult r = run_config(opt, base, pattern, kind, ctx.at(name));
+      r.codec_only = run_codec_round(opt, base, pattern, kind);
       std::printf("   %.1f s; all_reduce median %.3f s (min %.3f, max %.3f, slowest worker %.3f); per worker per "
                   "round up %.1f MB (files %.1f), down %.1f MB (files %.1f, %llu partial reads); rel L2 vs exact "
-                  "average %.2e; %s%s\n",
+                  "average %.2e; the codec work alone %.3f s (slowest %.3f), exchange/codec %.2fx; %s%s\n",
                   seconds(t0, Clock::now()), r.med_s, r.min_s, r.max_s, r.med_slowest_s, r.up_mb, r.files_up_mb,
                   r.down_mb, r.files_down_mb, static_cast<unsigned long long>(r.incomplete_reads),
-                  r.rel_err, r.ok ? "replicas bit-identical" : "FAILED:", r.problem.c_str());
+                  r.rel_err, r.codec_only.med_s, r.codec_only.med_slowest_s, r.med_s / r.codec_only.med_s,
+                  r.ok ? "replicas bit-identical" : "FAILED:", r.problem.c_str());
       ok = ok && r.ok;
       results.push_back(r);
     }
@@ -479,15 +570,17 @@ int main(int argc, char** argv) try {
               "'sync' = syncer counters (bytes_uploaded / bytes_downloaded, downloads include partial reads of files "
               "still being written, counted in 'part'), 'files' = the round's finished files; xfp32 = multiple of one "
               "fp32 gradient (%.1f MB), xenc = multiple of one encoded gradient, of 'sync' bytes; exp = what the "
-              "pattern should move, in encoded gradients\n",
+              "pattern should move, in encoded gradients; codec s = the same round's codec work alone (N threads "
+              "at once, no files), xcodec = med s / codec s (target <= 1.5)\n",
               opt.workers, opt.rounds, fp32_mb);
-  std::printf("%-10s %-5s %7s | %7s %7s %7s %7s | %7s %7s %6s %6s %5s | %7s %7s %6s %6s %5s %4s | %8s %s\n", "pattern",
-              "codec", "enc MB", "med s", "min s", "max s", "slow s", "up sync", "files", "xfp32", "xenc", "exp",
+  std::printf("%-10s %-5s %7s | %7s %7s %7s %7s | %7s %6s | %7s %7s %6s %6s %5s | %7s %7s %6s %6s %5s %4s | %8s %s\n",
+              "pattern", "codec", "enc MB", "med s", "min s", "max s", "slow s", "codec s", "xcodec", "up sync", "files", "xfp32", "xenc", "exp",
               "dn sync", "files", "xfp32", "xenc", "exp", "part", "rel err", "check");
   for (const ConfigResult& r : results) {
-    std::printf("%-10s %-5s %7.1f | %7.3f %7.3f %7.3f %7.3f | %7.1f %7.1f %6.3f %6.3f %5.3f | %7.1f %7.1f %6.3f %6.3f "
-                "%5.3f %4llu | %8.2e %s\n",
-                r.pattern.c_str(), r.codec.c_str(), r.enc_mb, r.med_s, r.min_s, r.max_s, r.med_slowest_s, r.up_mb,
+    std::printf("%-10s %-5s %7.1f | %7.3f %7.3f %7.3f %7.3f | %7.3f %5.2fx | %7.1f %7.1f %6.3f %6.3f %5.3f | %7.1f %7.1f "
+                "%6.3f %6.3f %5.3f %4llu | %8.2e %s\n",
+                r.pattern.c_str(), r.codec.c_str(), r.enc_mb, r.med_s, r.min_s, r.max_s, r.med_slowest_s,
+                r.codec_only.med_s, r.med_s / r.codec_only.med_s, r.up_mb,
                 r.files_up_mb, r.up_mb / fp32_mb, r.up_enc, r.exp_up, r.down_mb, r.files_down_mb, r.down_mb / fp32_mb,
                 r.down_enc, r.exp_down, static_cast<unsigned long long>(r.incomplete_reads), r.rel_err,
                 r.ok ? "ok" : "FAILED");
