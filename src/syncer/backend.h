@@ -20,6 +20,12 @@ struct RemoteEntry {
   uint64_t size = 0;
 };
 
+// A file's first bytes and its size at the time they were read.
+struct RemoteHead {
+  std::string bytes;
+  uint64_t size = 0;
+};
+
 class BackendError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
@@ -46,6 +52,10 @@ class Backend {
   virtual std::vector<RemoteEntry> list() = 0;
   // Size of one file as the writer sees it, or nullopt when absent.
   virtual std::optional<uint64_t> stat(const std::string& rel) = 0;
+  // Up to max_bytes from the start of SHARED/rel and its size now, so that a file still being
+  // written is not copied whole to learn that; nullopt where looking costs a download anyway
+  // (rclone: a process per look; the simulator, whose partial copies the download path meets).
+  virtual std::optional<RemoteHead> head(const std::string& /*rel*/, size_t /*max_bytes*/) { return std::nullopt; }
   // Copies SHARED/rel to local_path (created or truncated).
   virtual void download(const std::string& rel, const fs::path& local_path) = 0;
   virtual void upload(const fs::path& local_path, const std::string& rel, UploadMode mode) = 0;

@@ -161,6 +161,28 @@ std::optional<uint64_t> MountedBackend::stat(const std::string& rel) {
   return static_cast<uint64_t>(st.st_size);
 }
 
+std::optional<RemoteHead> MountedBackend::head(const std::string& rel, size_t max_bytes) {
+  check_rel(rel);
+  Fd in(root_ / rel, O_RDONLY);
+  if (!in.ok()) {
+    require_root();
+    in.fail("cannot open");
+  }
+  struct ::stat st {};
+  if (::fstat(in.get(), &st) != 0) in.fail("cannot stat");
+  RemoteHead head;
+  head.size = static_cast<uint64_t>(st.st_size);
+  head.bytes.resize(static_cast<size_t>(std::min<uint64_t>(max_bytes, head.size)));
+  size_t got = 0;
+  while (got < head.bytes.size()) {
+    const size_t n = in.read_some(head.bytes.data() + got, head.bytes.size() - got);
+    if (n == 0) break;  // shrunk since fstat: what was read is the head
+    got += n;
+  }
+  head.bytes.resize(got);
+  return head;
+}
+
 void MountedBackend::download(const std::string& rel, const fs::path& local_path) {
   check_rel(rel);
   try {

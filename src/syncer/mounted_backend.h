@@ -16,6 +16,7 @@ class MountedBackend : public Backend {
   std::string name() const override { return "mounted"; }
   std::vector<RemoteEntry> list() override;
   std::optional<uint64_t> stat(const std::string& rel) override;
+  std::optional<RemoteHead> head(const std::string& rel, size_t max_bytes) override;
   void download(const std::string& rel, const fs::path& local_path) override;
   void upload(const fs::path& local_path, const std::string& rel, UploadMode mode) override;
   void remove(const std::string& rel) override;

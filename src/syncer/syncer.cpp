@@ -387,6 +387,23 @@ void Syncer::do_download(const std::string& rel) {
       changed();
     }
   }
+  // Header first, where the backend can look: a file still being written is not copied whole
+  // (again and again) to find that out. Anything else, and an overdue file (quarantined with
+  // its bytes), is for the full download and verification to judge.
+  if (std::optional<RemoteHead> head = backend_->head(rel, wire::kPreambleSize)) {
+    uint64_t looked = head->bytes.size();
+    if (head->bytes.size() == wire::kPreambleSize && wire::head_size(head->bytes) <= head->size) {
+      head = backend_->head(rel, wire::head_size(head->bytes));
+      looked += head->bytes.size();
+    }
+    {
+      std::lock_guard lock(mutex_);
+      stats_.bytes_downloaded += looked;
+    }
+    const wire::Verification early = wire::verify_head(head->bytes, head->size);
+    if (early.state == wire::FileState::incomplete && !incomplete_overdue(rel))
+      return note_incomplete(rel, early.reason, fs::path());
+  }
   TempGuard guard{tmp};
   backend_->download(rel, tmp);
   std::error_code ec;
@@ -411,24 +428,7 @@ void Syncer::do_download(const std::string& rel) {
       logger().debug(str("flagged ", rel, " (", size, " bytes)"));
       return;
     }
-    case wire::FileState::incomplete: {
-      bool expired;
-      {
-        std::lock_guard lock(mutex_);
-        ++stats_.incomplete_seen;
-        DownloadState& st = downloads_[rel];
-        ++st.failed_attempts;
-        auto now = options_.now();
-        if (!st.incomplete_since) st.incomplete_since = now;
-        expired = now - *st.incomplete_since > std::chrono::duration<double>(options_.quarantine_after_s);
-        changed();
-      }
-      if (expired)
-        quarantine(rel, str("still incomplete after ", options_.quarantine_after_s, " s: ", v.reason), tmp);
-      else
-        logger().debug(str(rel, " is incomplete (", v.reason, "): retrying later"));
-      return;
-    }
+    case wire::FileState::incomplete: return note_incomplete(rel, v.reason, tmp);
     // Unsupported is retried like corrupt: the frame-version field sits outside both checksums,
     // so one damaged byte in a copy can make a good file look newer. A file that really is newer
     // stays so and is quarantined after --max-attempts downloads.
@@ -451,6 +451,31 @@ void Syncer::do_download(const std::string& rel) {
       return;
     }
   }
+}
+
+bool Syncer::incomplete_overdue(const std::string& rel) {
+  std::lock_guard lock(mutex_);
+  auto it = downloads_.find(rel);
+  return it != downloads_.end() && it->second.incomplete_since &&
+         options_.now() - *it->second.incomplete_since > std::chrono::duration<double>(options_.quarantine_after_s);
+}
+
+void Syncer::note_incomplete(const std::string& rel, const std::string& reason, const fs::path& bad_bytes) {
+  bool expired;
+  {
+    std::lock_guard lock(mutex_);
+    ++stats_.incomplete_seen;
+    DownloadState& st = downloads_[rel];
+    ++st.failed_attempts;
+    auto now = options_.now();
+    if (!st.incomplete_since) st.incomplete_since = now;
+    expired = now - *st.incomplete_since > std::chrono::duration<double>(options_.quarantine_after_s);
+    changed();
+  }
+  if (expired)
+    quarantine(rel, str("still incomplete after ", options_.quarantine_after_s, " s: ", reason), bad_bytes);
+  else
+    logger().debug(str(rel, " is incomplete (", reason, "): retrying later"));
 }
 
 void Syncer::do_control_download(const Task& task) {

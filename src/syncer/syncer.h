@@ -127,6 +127,9 @@ class Syncer {
   void do_upload(const std::string& rel);
   void do_remove(const std::string& rel);
   void do_download(const std::string& rel);
+  // A download that found the file still arriving (retried later, quarantined once overdue).
+  void note_incomplete(const std::string& rel, const std::string& reason, const fs::path& bad_bytes);
+  bool incomplete_overdue(const std::string& rel);  // incomplete for longer than quarantine_after_s
   void do_control_download(const Task& task);
   // Returns true when the file is given up on (quarantined).
   bool note_incomplete(const std::string& rel, const std::string& reason, const std::string& bad_bytes_path);

@@ -89,6 +89,21 @@ Verification verify_impl(std::string_view bytes, FileHeader* header) {
 
 }  // namespace
 
+Verification verify_head(std::string_view first, uint64_t file_size) {
+  FileHeader header;
+  size_t header_size = 0;
+  if (std::optional<Verification> bad = check_head(first, header, header_size)) return *bad;
+  const uint64_t expected = kPreambleSize + header_size + header.payload_length();
+  if (std::optional<Verification> bad = check_size(file_size, expected)) return *bad;
+  return result(FileState::complete, "", expected);
+}
+
+size_t head_size(std::string_view first) {
+  if (first.size() < kPreambleSize) return kPreambleSize;
+  const size_t declared = load_le<uint32_t>(first.data() + 12);
+  return declared <= kMaxHeaderSize ? kPreambleSize + declared : kPreambleSize;
+}
+
 const char* file_state_name(FileState state) {
   switch (state) {
     case FileState::complete: return "complete";

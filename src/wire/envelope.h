@@ -75,6 +75,16 @@ Verification verify_bytes(std::string_view bytes);
 // whole: the syncer verifies every download of a 50 MB shard with this).
 Verification verify_file(const fs::path& path);
 
+// What a file of file_size bytes that starts with `first` can be, judged without its payload:
+// incomplete while it is shorter than its preamble, its header or its declared length; corrupt
+// or unsupported where its preamble or header says so; complete when they are sound and the size
+// is the declared one (the payload is not checked: verify_file does that). head_size(first) is
+// how many bytes `first` should hold: the preamble, then preamble and header once the preamble
+// is there (a cloud folder's copier reads that much first, and the payload only when it is all
+// there).
+Verification verify_head(std::string_view first, uint64_t file_size);
+size_t head_size(std::string_view first);
+
 // Parses a complete file; throws WireError naming `origin` for anything but FileState::complete.
 WireFile parse(std::string_view bytes, const std::string& origin);
 // The same, taking the bytes over: the payload keeps their buffer.

@@ -23,11 +23,12 @@
 //     one encoded gradient (the loaded gradient encoded whole), next to what the pattern should
 //     cost: all-gather uploads 1 and downloads N-1 encoded gradients; sharded uploads (N+1)/N
 //     (its contribution plus its reduced shard) and downloads 2(N-1)/N (the others'
-//     contributions to its shard plus the others' reduced shards). The syncer's download counter
-//     also counts partial reads: the mounted backend writes the final name directly, so a peer
-//     listing the folder mid-upload downloads a prefix, finds it incomplete and retries. So the
-//     bytes of the round's finished files (this worker's outbox, its flagged inbox files) are
-//     printed beside it, with the number of partial reads;
+//     contributions to its shard plus the others' reduced shards). The mounted backend writes
+//     the final name directly, so a peer listing the folder mid-upload sees a file still
+//     arriving: the syncer reads its preamble and header first and copies it only once its
+//     declared length is there; those looks count in its download counter, and their number is
+//     printed ('part'). The bytes of the round's finished files (this worker's outbox, its
+//     flagged inbox files) are printed beside the counters;
 //   - the relative L2 error of the agreed average against the exact fp32 average;
 //   - beside the all_reduce time, the same round's codec work alone (run_codec_round: N threads
 //     at once doing exactly the encodes and decodes a round does, no files) and the ratio of the
@@ -555,7 +556,7 @@ int main(int argc, char** argv) try {
       ConfigResult r = run_config(opt, base, pattern, kind, ctx.at(name));
       r.codec_only = run_codec_round(opt, base, pattern, kind);
       std::printf("   %.1f s; all_reduce median %.3f s (min %.3f, max %.3f, slowest worker %.3f); per worker per "
-                  "round up %.1f MB (files %.1f), down %.1f MB (files %.1f, %llu partial reads); rel L2 vs exact "
+                  "round up %.1f MB (files %.1f), down %.1f MB (files %.1f, %llu looks at files still arriving); rel L2 vs exact "
                   "average %.2e; the codec work alone %.3f s (slowest %.3f), exchange/codec %.2fx; %s%s\n",
                   seconds(t0, Clock::now()), r.med_s, r.min_s, r.max_s, r.med_slowest_s, r.up_mb, r.files_up_mb,
                   r.down_mb, r.files_down_mb, static_cast<unsigned long long>(r.incomplete_reads),
@@ -567,7 +568,7 @@ int main(int argc, char** argv) try {
   }
 
   std::printf("\nSUMMARY: N=%d, %d rounds each; times are one all_reduce call; bytes are per worker per round: "
-              "'sync' = syncer counters (bytes_uploaded / bytes_downloaded, downloads include partial reads of files "
+              "'sync' = syncer counters (bytes_uploaded / bytes_downloaded, downloads include the header looks at files "
               "still being written, counted in 'part'), 'files' = the round's finished files; xfp32 = multiple of one "
               "fp32 gradient (%.1f MB), xenc = multiple of one encoded gradient, of 'sync' bytes; exp = what the "
               "pattern should move, in encoded gradients; codec s = the same round's codec work alone (N threads "

@@ -249,6 +249,40 @@ TEST(Syncer, HalfWrittenFileIsNeverFlaggedUntilFinished) {
   EXPECT_EQ(f.stats()["retries"], 3);
 }
 
+TEST(Syncer, AFileStillArrivingIsJudgedByItsHeaderNotCopied) {
+  Fixture f("header-first");
+  const std::string bytes = framed_file(4, 100000);
+  const size_t head = wire::head_size(bytes);
+  ASSERT_GT(head, wire::kPreambleSize);
+  // Cut inside the preamble, inside the header, then inside the payload: never copied whole.
+  // What is read: the preamble (or what there is of it), then preamble and header once the
+  // file is long enough to hold them.
+  const size_t cuts[] = {10, head - 1, 60000};
+  uint64_t read = 0;
+  for (size_t cut : cuts) {
+    write_bytes(f.shared / "a.bin", bytes.substr(0, cut));
+    f.syncer->run_pass();
+    read += std::min(cut, wire::kPreambleSize) + (cut >= head ? head : 0);
+    EXPECT_EQ(f.stats()["bytes_downloaded"], read) << "cut at " << cut;
+  }
+  EXPECT_EQ(f.stats()["incomplete_seen"], 3);
+  EXPECT_EQ(files_under(f.local / kInboxDir), std::vector<std::string>{});
+  write_bytes(f.shared / "a.bin", bytes);
+  f.syncer->run_pass();
+  EXPECT_EQ(read_file(f.local / kInboxDir / "a.bin"), bytes);
+  EXPECT_EQ(f.stats()["bytes_downloaded"], read + wire::kPreambleSize + head + bytes.size());
+  EXPECT_EQ(f.stats()["flagged"], 1);
+}
+
+TEST(Syncer, AFileLongerThanItsHeaderSaysIsStillCopiedAndJudgedCorrupt) {
+  Fixture f("header-first-long", 1);
+  const std::string bytes = framed_file(5, 1000);
+  write_bytes(f.shared / "a.bin", bytes + "x");
+  f.syncer->run_pass();
+  EXPECT_EQ(read_file(f.local / kQuarantineDir / "a.bin"), bytes + "x");
+  EXPECT_EQ(f.stats()["corrupt_seen"], 1);
+}
+
 TEST(Syncer, PlaceholderIsCountedNotDownloaded) {
   Fixture f("placeholder", 3, 10);
   write_bytes(f.shared / "p.bin", "");

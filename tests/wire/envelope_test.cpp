@@ -80,6 +80,30 @@ TEST(Envelope, EveryFlippedByteIsCaught) {
   EXPECT_EQ(verify_bytes(payload_flip).reason, "payload checksum mismatch");
 }
 
+// The copier's first look: from the first head_size() bytes and the file's size alone, a file
+// still arriving is incomplete at every length, and only the declared length can be whole.
+TEST(Envelope, TheHeadAloneTellsAFileStillArrivingFromAWholeOne) {
+  const std::string bytes = frame(gradient_header(), std::string(200, 'p'));
+  const size_t head = head_size(bytes);
+  EXPECT_EQ(head_size(bytes.substr(0, kPreambleSize - 1)), kPreambleSize);
+  EXPECT_GT(head, kPreambleSize);
+  EXPECT_LT(head, bytes.size());
+  for (size_t size = 0; size < bytes.size(); ++size) {
+    const std::string_view first = std::string_view(bytes).substr(0, std::min(size, head));
+    const Verification v = verify_head(first, size);
+    EXPECT_EQ(v.state, FileState::incomplete) << "size " << size << ": " << v.reason;
+  }
+  const Verification whole = verify_head(std::string_view(bytes).substr(0, head), bytes.size());
+  EXPECT_EQ(whole.state, FileState::complete) << whole.reason;
+  EXPECT_EQ(whole.expected_size, bytes.size());
+  EXPECT_EQ(verify_head(std::string_view(bytes).substr(0, head), bytes.size() + 1).state, FileState::corrupt);
+  // A damaged header is not mistaken for one still arriving.
+  std::string bad = bytes.substr(0, head);
+  bad[head - 1] ^= 0x10;
+  EXPECT_EQ(verify_head(bad, bytes.size()).state, FileState::corrupt);
+  EXPECT_EQ(verify_head("PK\x03\x04", 1000).state, FileState::corrupt);
+}
+
 TEST(Envelope, TrailingBytesAndForeignFilesAreCorrupt) {
   const std::string bytes = frame(gradient_header(), "abc");
   EXPECT_EQ(verify_bytes(bytes + "z").state, FileState::corrupt);
