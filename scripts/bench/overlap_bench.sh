@@ -11,10 +11,12 @@
 #   scripts/bench/overlap_bench.sh [extra gradbox train flags...]
 #
 # Environment: MODEL (gpt2: GPT-2 124M's shape on the data's 4096-token vocabulary, 89M
-# parameters), BLOCK (128), MICRO (4), STEPS (24), SKIP (4), REPEATS (2),
-# CODEC (fp16), EXCHANGE (sharded), OUT (/tmp/gradbox_overlap_bench), GRADBOX (build/bin/gradbox).
-# On this 2-core machine the worker's compute, its exchange thread and its syncer share the same
-# two cores, so (c) is an upper bound on what a GPU worker (whose step runs on the GPU) pays.
+# parameters), BLOCK (128), MICRO (4), STEPS (24), SKIP (4), REPEATS (2), THREADS (1),
+# CODEC (fp16), EXCHANGE (all-gather: with one worker, sharded would also publish the reduced
+# shard, twice the bytes), OUT (/tmp/gradbox_overlap_bench), GRADBOX (build/bin/gradbox).
+# THREADS=1 computes on one core and leaves the other to the exchange and the syncer, as a GPU
+# worker's step leaves its host's CPU to them; THREADS=2 on this 2-core machine makes compute
+# and exchange share both cores, where overlap can hide waiting but not CPU work.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 GRADBOX=${GRADBOX:-build/bin/gradbox}
@@ -25,7 +27,8 @@ STEPS=${STEPS:-24}
 SKIP=${SKIP:-4}
 REPEATS=${REPEATS:-2}
 CODEC=${CODEC:-fp16}
-EXCHANGE=${EXCHANGE:-sharded}
+EXCHANGE=${EXCHANGE:-all-gather}
+THREADS=${THREADS:-1}
 OUT=${OUT:-/tmp/gradbox_overlap_bench}
 [ -x "$GRADBOX" ] || { echo "overlap_bench: $GRADBOX is not built (scripts/setup.sh)" >&2; exit 2; }
 
@@ -36,7 +39,7 @@ if [ ! -f "$OUT/data/meta.json" ]; then
 fi
 
 common=(--data "$OUT/data" --model "$MODEL" --block-size "$BLOCK" --micro-batch "$MICRO" --max-steps "$STEPS"
-        --seed 1 --log-interval 1 --eval-interval 0 --checkpoint-interval 0 "$@")
+        --seed 1 --log-interval 1 --eval-interval 0 --checkpoint-interval 0 --threads "$THREADS" "$@")
 run() {  # run NAME [flags...]
   local name=$1
   shift
@@ -53,16 +56,17 @@ for i in $(seq 1 "$REPEATS"); do
   echo "repeat $i of $REPEATS done"
 done
 
-.venv/bin/python - "$OUT" "$REPEATS" "$SKIP" "$MODEL" "$BLOCK" "$MICRO" "$CODEC" "$EXCHANGE" <<'PY'
+.venv/bin/python - "$OUT" "$REPEATS" "$SKIP" "$MODEL" "$BLOCK" "$MICRO" "$CODEC" "$EXCHANGE" "$THREADS" <<'PY'
 import json, statistics, sys
 out, repeats, skip = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-model, block, micro, codec, exchange = sys.argv[4:9]
+model, block, micro, codec, exchange, threads = sys.argv[4:10]
 def steps(name):
     rows = [json.loads(l) for l in open(f"{out}/{name}/metrics.jsonl")]
     rows = [r for r in rows if "step_seconds" in r and r["step"] > skip]
     return [r["step_seconds"] for r in rows], [r.get("exchange_wait_seconds", 0.0) for r in rows]
 med = {}
-print(f"{model}, block {block}, micro-batch {micro}; {codec}+zstd {exchange}; {repeats} runs each, steps after {skip}")
+print(f"{model}, block {block}, micro-batch {micro}, {threads} compute thread(s); {codec}+zstd {exchange}; "
+      f"{repeats} runs each, steps after {skip}")
 print(f"{'run':10} {'steps':>6} {'median step s':>14} {'min':>7} {'max':>7} {'median wait s':>14}")
 for kind in ("alone", "folder", "overlap"):
     times, waits = [], []

@@ -308,7 +308,7 @@ double Trainer::train_step(double lr) {
 
   if (!overlap_) {
     const bool on_host = grads.device().is_cpu();
-    if (!on_host) exchange_buffers_[0] = grads.to(torch::kCPU);
+    if (!on_host) host_buffer(0, grads).copy_(grads);
     torch::Tensor& host = on_host ? grads : exchange_buffers_[0];
     const exchange::RoundResult result = waiting_on_exchange(
         [&] { return exchange_->all_reduce(round, host.data_ptr<float>(), static_cast<size_t>(host.numel()), mine); });
@@ -319,8 +319,9 @@ double Trainer::train_step(double lr) {
   // Overlap: this step's gradient goes out in the background while the update applied now is
   // the previous round's average (a one-step-delayed update). Two host buffers alternate.
   std::optional<exchange::RoundResult> previous = finish_pending_round();
-  torch::Tensor& send = exchange_buffers_[round % 2];
-  send = grads.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true);
+  // The buffer's last round (two steps ago) is finished by now.
+  torch::Tensor& send = host_buffer(round % 2, grads);
+  send.copy_(grads);
   if (previous) grads.copy_(exchange_buffers_[(round + 1) % 2]);
   const double loss = previous ? apply_round(*previous, round - 1, lr) : local.loss;
   if (reloaded_) return loss;  // this step's gradient belongs to the abandoned state
@@ -328,6 +329,14 @@ double Trainer::train_step(double lr) {
     return exchange_->all_reduce(round, send.data_ptr<float>(), static_cast<size_t>(send.numel()), mine);
   });
   return loss;
+}
+
+torch::Tensor& Trainer::host_buffer(size_t i, const torch::Tensor& like) {
+  // Kept across steps: a fresh tensor of the model's size each step would cost its pages'
+  // zeroing on the compute thread.
+  torch::Tensor& buffer = exchange_buffers_[i];
+  if (!buffer.defined() || buffer.numel() != like.numel()) buffer = torch::empty(like.sizes(), like.options().device(torch::kCPU));
+  return buffer;
 }
 
 std::optional<exchange::RoundResult> Trainer::finish_pending_round() {

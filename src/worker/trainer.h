@@ -154,6 +154,7 @@ class Trainer {
   std::vector<BatchSampler> emulated_samplers_;
   bool overlap_ = false;
   torch::Tensor exchange_buffers_[2];  // host copies handed to the exchange
+  torch::Tensor& host_buffer(size_t i, const torch::Tensor& like);  // exchange_buffers_[i], sized as like
   std::future<exchange::RoundResult> pending_round_;
   LrSchedule schedule_;
   int64_t step_ = 0;
