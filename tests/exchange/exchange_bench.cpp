@@ -32,7 +32,9 @@
 //   - the relative L2 error of the agreed average against the exact fp32 average;
 //   - beside the all_reduce time, the same round's codec work alone (run_codec_round: N threads
 //     at once doing exactly the encodes and decodes a round does, no files) and the ratio of the
-//     two, the exchange's overhead over what its bytes cost (target <= 1.5x).
+//     two, the exchange's overhead over what its bytes cost (target <= 1.5x); and the CPU
+//     seconds per round of the workers' all_reduce calls and the syncer threads (user and
+//     system: the page cache's copies count) beside the codec work's.
 // Before that, encode-only, decode-only and error-feedback encode time of the whole gradient
 // per codec, for context. Checks (checksums, the exact average) run between barriers, outside
 // the timed calls.
@@ -41,6 +43,7 @@
 // compared), every round must have all N contributors, and fp32 must reproduce the exact
 // average; otherwise it says so and exits 1.
 #include <sys/statvfs.h>
+#include <time.h>
 
 #include <algorithm>
 #include <atomic>
@@ -140,6 +143,14 @@ std::vector<float> load_gradient(const std::string& path) {
 
 double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
+// CPU seconds (user and system) of the calling thread so far: the kernel's page-cache work on
+// a thread's writes and copies is charged to it.
+double thread_cpu_seconds() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t m = v.size() / 2;
@@ -181,6 +192,7 @@ struct CodecContext {
 
 struct CodecRound {  // run_codec_round's result
   double med_s = 0, med_slowest_s = 0;
+  double cpu_s = 0;  // CPU seconds per round, all workers together
 };
 
 struct ConfigResult {
@@ -193,6 +205,8 @@ struct ConfigResult {
   double up_enc = 0, down_enc = 0;         // as a multiple of one encoded gradient
   double exp_up = 0, exp_down = 0;         // the pattern's expectation, in encoded gradients
   double rel_err = 0;                      // max over rounds
+  double cpu_s = 0;  // CPU seconds per round: the workers' all_reduce calls and the syncers, all together
+  double syncer_cpu_s = 0;  // of which the syncers'
   CodecRound codec_only;                   // the same round's codec work alone
   uint64_t failovers_or_missing = 0;
   bool ok = true;
@@ -214,6 +228,7 @@ class SyncerThread {
         syncer_->run_pass();
         if (poll_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(poll_ms_));
       }
+      cpu_s_ = thread_cpu_seconds();
     });
   }
   ~SyncerThread() { stop(); }
@@ -222,9 +237,11 @@ class SyncerThread {
     thread_.join();
   }
   syncer::SyncerStats stats() const { return syncer_->stats(); }
+  double cpu_seconds() const { return cpu_s_; }  // once stopped
 
  private:
   int poll_ms_;
+  double cpu_s_ = 0;
   std::unique_ptr<syncer::Syncer> syncer_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
@@ -255,6 +272,7 @@ ConfigResult run_config(const Options& opt, const std::vector<float>& base, exch
 
   // times[w][r], checksums[w][r], contributors[w][r]
   std::vector<std::vector<double>> times(N, std::vector<double>(opt.rounds));
+  std::vector<double> cpu(N, 0);  // per worker, in its all_reduce calls
   std::vector<std::vector<uint64_t>> sums(N, std::vector<uint64_t>(opt.rounds));
   std::vector<std::vector<int>> contributors(N, std::vector<int>(opt.rounds));
   std::vector<double> rel_err(opt.rounds, 0);
@@ -293,8 +311,10 @@ ConfigResult run_config(const Options& opt, const std::vector<float>& base, exch
         sync_point.arrive_and_wait();  // every worker's gradient is ready
         if (failed) return;
         const auto t0 = Clock::now();
+        const double c0 = thread_cpu_seconds();
         const exchange::RoundResult result = ex->all_reduce(r, g.data(), n, {tokens, 1.0, false});
         times[w][r - 1] = seconds(t0, Clock::now());
+        cpu[w] += thread_cpu_seconds() - c0;
         contributors[w][r - 1] = result.skip ? -1 : result.contributors;
         // The checks below run once every worker is done, so they never compete with a timed call.
         sync_point.arrive_and_wait();
@@ -334,8 +354,12 @@ ConfigResult run_config(const Options& opt, const std::vector<float>& base, exch
   // Let in-flight transfers settle so the counters are complete, then stop the syncers.
   std::this_thread::sleep_for(std::chrono::milliseconds(100 + 4 * opt.poll_ms));
   uint64_t up = 0, down = 0;
+  double cpu_total = 0;
+  for (double c : cpu) cpu_total += c;
   for (auto& s : syncers) {
     s->stop();
+    cpu_total += s->cpu_seconds();
+    res.syncer_cpu_s += s->cpu_seconds() / opt.rounds;
     const syncer::SyncerStats st = s->stats();
     up += st.bytes_uploaded;
     down += st.bytes_downloaded;
@@ -383,6 +407,7 @@ ConfigResult run_config(const Options& opt, const std::vector<float>& base, exch
     res.med_slowest_s = median(slowest);
   }
   const double per = 1.0 / (static_cast<double>(N) * opt.rounds);
+  res.cpu_s = cpu_total / opt.rounds;
   res.up_mb = up * per / 1e6;
   res.down_mb = down * per / 1e6;
   uint64_t fu = 0, fd = 0;
@@ -436,6 +461,7 @@ CodecRound run_codec_round(const Options& opt, const std::vector<float>& base, e
   }
 
   std::vector<std::vector<double>> times(N, std::vector<double>(opt.rounds));
+  std::vector<double> cpu(N, 0);
   std::barrier sync_point(N);
   auto worker_main = [&](int w) {
     std::vector<codec::ErrorFeedbackEncoder> encoders(S, codec::ErrorFeedbackEncoder(o));
@@ -448,6 +474,7 @@ CodecRound run_codec_round(const Options& opt, const std::vector<float>& base, e
       for (size_t i = 0; i < n; ++i) g[i] = base[i] * s;
       sync_point.arrive_and_wait();
       const auto t0 = Clock::now();
+      const double c0 = thread_cpu_seconds();
       for (uint32_t k = 0; k < S; ++k) {
         if (kind == codec::Codec::fp32) codec::encode_into(g.data() + range(k).begin, range(k).size(), o, own[k]);
         else encoders[k].encode_into(g.data() + range(k).begin, range(k).size(), own[k]);
@@ -467,6 +494,7 @@ CodecRound run_codec_round(const Options& opt, const std::vector<float>& base, e
                           g.data() + range(k).begin, range(k).size());
       }
       times[w][r - 1] = seconds(t0, Clock::now());
+      cpu[w] += thread_cpu_seconds() - c0;
       sync_point.arrive_and_wait();
     }
   };
@@ -482,7 +510,9 @@ CodecRound run_codec_round(const Options& opt, const std::vector<float>& base, e
     }
     slowest.push_back(worst);
   }
-  return {median(all), median(slowest)};
+  double cpu_total = 0;
+  for (double c : cpu) cpu_total += c;
+  return {median(all), median(slowest), cpu_total / opt.rounds};
 }
 
 }  // namespace
@@ -557,10 +587,11 @@ int main(int argc, char** argv) try {
       r.codec_only = run_codec_round(opt, base, pattern, kind);
       std::printf("   %.1f s; all_reduce median %.3f s (min %.3f, max %.3f, slowest worker %.3f); per worker per "
                   "round up %.1f MB (files %.1f), down %.1f MB (files %.1f, %llu looks at files still arriving); rel L2 vs exact "
-                  "average %.2e; the codec work alone %.3f s (slowest %.3f), exchange/codec %.2fx; %s%s\n",
+                  "average %.2e; the codec work alone %.3f s (slowest %.3f), exchange/codec %.2fx; CPU per round (all workers and syncers) %.2f s (syncers %.2f s), codec alone %.2f s (%.2fx); %s%s\n",
                   seconds(t0, Clock::now()), r.med_s, r.min_s, r.max_s, r.med_slowest_s, r.up_mb, r.files_up_mb,
                   r.down_mb, r.files_down_mb, static_cast<unsigned long long>(r.incomplete_reads),
-                  r.rel_err, r.codec_only.med_s, r.codec_only.med_slowest_s, r.med_s / r.codec_only.med_s,
+                  r.rel_err, r.codec_only.med_s, r.codec_only.med_slowest_s, r.med_s / r.codec_only.med_s, r.cpu_s,
+                  r.syncer_cpu_s, r.codec_only.cpu_s, r.cpu_s / r.codec_only.cpu_s,
                   r.ok ? "replicas bit-identical" : "FAILED:", r.problem.c_str());
       ok = ok && r.ok;
       results.push_back(r);
@@ -572,16 +603,17 @@ int main(int argc, char** argv) try {
               "still being written, counted in 'part'), 'files' = the round's finished files; xfp32 = multiple of one "
               "fp32 gradient (%.1f MB), xenc = multiple of one encoded gradient, of 'sync' bytes; exp = what the "
               "pattern should move, in encoded gradients; codec s = the same round's codec work alone (N threads "
-              "at once, no files), xcodec = med s / codec s (target <= 1.5)\n",
+              "at once, no files), xcodec = med s / codec s (target <= 1.5); CPU = CPU seconds per round of all workers' "
+              "all_reduce calls and all syncers, xcpu = CPU over the codec work's CPU\n",
               opt.workers, opt.rounds, fp32_mb);
-  std::printf("%-10s %-5s %7s | %7s %7s %7s %7s | %7s %6s | %7s %7s %6s %6s %5s | %7s %7s %6s %6s %5s %4s | %8s %s\n",
-              "pattern", "codec", "enc MB", "med s", "min s", "max s", "slow s", "codec s", "xcodec", "up sync", "files", "xfp32", "xenc", "exp",
+  std::printf("%-10s %-5s %7s | %7s %7s %7s %7s | %7s %6s %6s %5s | %7s %7s %6s %6s %5s | %7s %7s %6s %6s %5s %4s | %8s %s\n",
+              "pattern", "codec", "enc MB", "med s", "min s", "max s", "slow s", "codec s", "xcodec", "CPU s", "xcpu", "up sync", "files", "xfp32", "xenc", "exp",
               "dn sync", "files", "xfp32", "xenc", "exp", "part", "rel err", "check");
   for (const ConfigResult& r : results) {
-    std::printf("%-10s %-5s %7.1f | %7.3f %7.3f %7.3f %7.3f | %7.3f %5.2fx | %7.1f %7.1f %6.3f %6.3f %5.3f | %7.1f %7.1f "
+    std::printf("%-10s %-5s %7.1f | %7.3f %7.3f %7.3f %7.3f | %7.3f %5.2fx %6.2f %4.2fx | %7.1f %7.1f %6.3f %6.3f %5.3f | %7.1f %7.1f "
                 "%6.3f %6.3f %5.3f %4llu | %8.2e %s\n",
                 r.pattern.c_str(), r.codec.c_str(), r.enc_mb, r.med_s, r.min_s, r.max_s, r.med_slowest_s,
-                r.codec_only.med_s, r.med_s / r.codec_only.med_s, r.up_mb,
+                r.codec_only.med_s, r.med_s / r.codec_only.med_s, r.cpu_s, r.cpu_s / r.codec_only.cpu_s, r.up_mb,
                 r.files_up_mb, r.up_mb / fp32_mb, r.up_enc, r.exp_up, r.down_mb, r.files_down_mb, r.down_mb / fp32_mb,
                 r.down_enc, r.exp_down, static_cast<unsigned long long>(r.incomplete_reads), r.rel_err,
                 r.ok ? "ok" : "FAILED");
