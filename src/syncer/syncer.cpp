@@ -402,7 +402,7 @@ void Syncer::do_download(const std::string& rel) {
     }
     const wire::Verification early = wire::verify_head(head->bytes, head->size);
     if (early.state == wire::FileState::incomplete && !incomplete_overdue(rel))
-      return note_incomplete(rel, early.reason, fs::path());
+      return note_incomplete(rel, early.reason, {});
   }
   TempGuard guard{tmp};
   backend_->download(rel, tmp);

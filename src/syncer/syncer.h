@@ -131,8 +131,6 @@ class Syncer {
   void note_incomplete(const std::string& rel, const std::string& reason, const fs::path& bad_bytes);
   bool incomplete_overdue(const std::string& rel);  // incomplete for longer than quarantine_after_s
   void do_control_download(const Task& task);
-  // Returns true when the file is given up on (quarantined).
-  bool note_incomplete(const std::string& rel, const std::string& reason, const std::string& bad_bytes_path);
   void quarantine(const std::string& rel, const std::string& reason, const fs::path& bad_bytes);
   void changed();
   // A failed backend call that looks like an outage (a failed listing, a missing shared folder):

@@ -165,13 +165,11 @@ Verification verify_file(const fs::path& path) {
   std::optional<size_t> got = read_at(0, head.data(), head.size());
   if (!got) return read_failed();
   head.resize(*got);
-  if (head.size() == kPreambleSize) {
-    const size_t declared = load_le<uint32_t>(head.data() + 12);
-    if (declared <= kMaxHeaderSize) {
-      head.resize(kPreambleSize + declared);
-      if (!(got = read_at(kPreambleSize, head.data() + kPreambleSize, declared))) return read_failed();
-      head.resize(kPreambleSize + *got);
-    }
+  if (head.size() == kPreambleSize && head_size(head) > kPreambleSize) {
+    const size_t declared = head_size(head) - kPreambleSize;
+    head.resize(kPreambleSize + declared);
+    if (!(got = read_at(kPreambleSize, head.data() + kPreambleSize, declared))) return read_failed();
+    head.resize(kPreambleSize + *got);
   }
   FileHeader header;
   size_t header_size = 0;
