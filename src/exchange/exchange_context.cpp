@@ -141,8 +141,14 @@ uint64_t ExchangeContext::listings() {
   if (now - listings_read_at_ >= 0.2) {
     const uint64_t passes = mirror.settled_passes();
     if (passes != listings_) {
-      if (now - listings_grew_at_ > kListingStallS) seen_since_s_ = now;  // the first listing after a blind spell
+      // The first listing after a blind spell. A spell needs a look that found nothing new:
+      // a worker that looks less often than kListingStallS (a slow poll, minutes between
+      // DiLoCo's inner steps) and finds new listings each time was never blind.
+      if (looked_without_growth_ && now - listings_grew_at_ > kListingStallS) seen_since_s_ = now;
       listings_grew_at_ = now;
+      looked_without_growth_ = false;
+    } else {
+      looked_without_growth_ = true;
     }
     listings_ = passes;
     listings_read_at_ = now;

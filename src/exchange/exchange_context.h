@@ -140,6 +140,7 @@ class ExchangeContext {
   uint64_t listings_ = 0;
   double listings_read_at_ = -1e300;
   double listings_grew_at_ = -1e300;
+  bool looked_without_growth_ = true;  // the last look found no new listing (or there was none)
   double seen_since_s_ = -1e300;
 };
 

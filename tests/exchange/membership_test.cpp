@@ -138,5 +138,42 @@ TEST(RunStatus, AHeartbeatFromTheFutureAgesFromWhenItGotHere) {
   fs::remove_all(dir);
 }
 
+// A worker that looks at the folder less often than the blind-spell threshold (a slow poll; a
+// DiLoCo worker between inner steps) and finds new listings at every look was never blind; one
+// whose looks find the listings standing still was, from its last good look on. Found by
+// `gradbox simulate` at H=20: every owner waited for ever to see the folder "long enough".
+TEST(ExchangeContext, SlowLooksAtAGrowingFolderAreNotABlindSpell) {
+  mirror::Simulation sim;
+  mirror::FolderFaults faults;
+  faults.pass_s = 0.5;
+  mirror::SimFolder folder(sim, 1, faults);
+  FolderExchangeConfig config;
+  config.run_id = "run";
+  config.worker = "me";
+  std::vector<double> seen_since;
+  double blind_after_outage = -1;
+  sim.spawn("me", [&](mirror::Clock& clock) {
+    ExchangeContext context(config, folder.disk("me"), clock);
+    clock.sleep_s(1);  // the syncer's first listings
+    for (int look = 0; look < 6; ++look) {
+      context.listings();
+      seen_since.push_back(context.seen_since_s());
+      clock.sleep_s(5);  // > kListingStallS between looks
+    }
+    // The folder out of sight for 20 s: looks within it find nothing new.
+    folder.outage("me", clock.now_s(), clock.now_s() + 20);
+    for (int look = 0; look < 5; ++look) {
+      clock.sleep_s(5);
+      context.listings();
+    }
+    blind_after_outage = context.seen_since_s();
+  });
+  sim.run_until(200);
+  ASSERT_EQ(seen_since.size(), 6u);
+  for (size_t i = 1; i < seen_since.size(); ++i) EXPECT_EQ(seen_since[i], seen_since[0]) << "look " << i;
+  EXPECT_GT(blind_after_outage, 51.0);  // seen again only since the outage ended (at 51 s)
+  sim.kill_all();
+}
+
 }  // namespace
 }  // namespace gradbox::exchange
