@@ -163,7 +163,8 @@ void add_simulate_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--inner-steps", o->config.inner_steps, "DiLoCo: steps per round")->capture_default_str();
   cmd->add_option("--round-seconds", o->config.round_seconds,
-                  "DiLoCo: time-boxed rounds of this many seconds (joiners enter the round in progress)");
+                  "DiLoCo: time-boxed rounds of this many seconds (joiners enter the round in progress); with "
+                  "--overlap-steps, every box closes this long after the round before was agreed (gradbox's best mode)");
   cmd->add_option("--codec", o->codec, "fp16-raw, fp16, int8 or int4 (wire bytes per parameter)")->capture_default_str();
   cmd->add_flag("--source-scheme", o->source_scheme,
                 "The source article's scheme: raw fp16 gradients, every worker waits for all, every step");

@@ -180,6 +180,9 @@ exchange::FolderExchangeConfig exchange_config(const SharedFlags& f, const worke
   c.gc_window = f.gc_window;
   c.sync = worker::describe_sync(train);
   c.late_entry = train.sync == worker::SyncMode::diloco && train.round_seconds > 0;  // Note [Late entry]
+  // Note [Overlapped time-boxed rounds] in exchange/folder_exchange.h.
+  c.boxes_from_agreement = c.late_entry && train.overlap_steps > 0;
+  c.round_seconds = train.round_seconds;
   GB_REQUIRE(!f.overlap || train.sync == worker::SyncMode::gradient, "--overlap: only with --sync gradient");
   return c;
 }
@@ -266,7 +269,8 @@ void add_train_command(CLI::App& app) {
   flags->add("--fragments", &worker::TrainConfig::fragments,
              "Streaming DiLoCo: parameter fragments (strided layer groups), one synced every --inner-steps / F steps");
   flags->add("--overlap-steps", &worker::TrainConfig::overlap_steps,
-             "Streaming DiLoCo: inner steps a fragment's exchange runs behind before its outer step is merged");
+             "Streaming DiLoCo: inner steps a fragment's exchange runs behind before its outer step is merged; "
+             "with --round-seconds, each round is sent when its box closes and merged once agreed");
   auto shared = std::make_shared<SharedFlags>();
   add_shared_flags(cmd, *shared);
 

@@ -38,6 +38,11 @@ struct FolderExchangeConfig {
   // Time-boxed DiLoCo rounds (Note [Late entry] in folder_exchange.h): a caught-up follower
   // contributes to the round in progress, and owners take such contributions when present.
   bool late_entry = false;
+  // With --overlap-steps as well: every worker's box, not only a late entrant's, is timed from
+  // the round's opening by its shard-0 agreement's clock, which realigns the workers each round
+  // (Note [Overlapped time-boxed rounds] in folder_exchange.h).
+  bool boxes_from_agreement = false;
+  double round_seconds = 0;  // the box (--round-seconds), for boxes_from_agreement
   double contribution_timeout_s = 30;  // the ceiling of the adaptive contribution deadline
   double deadline_floor_s = 2;         // its floor
   double deadline_k = 4;               // deadline = median lag + k * spread (MAD), clamped

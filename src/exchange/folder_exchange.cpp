@@ -121,7 +121,8 @@ class FolderExchange final : public GradientExchange {
   }
 
   double round_age_s(uint64_t round) const override {
-    if (!enters_late(round) || opened_.first != round || opened_.second <= 0) return 0;
+    if (opened_.first != round || opened_.second <= 0) return 0;
+    if (!enters_late(round) && !context_.config.boxes_from_agreement) return 0;
     return std::max(0.0, static_cast<double>(context_.clock.unix_ms() - opened_.second) / 1000.0);
   }
 
@@ -138,6 +139,11 @@ class FolderExchange final : public GradientExchange {
       context_.log().info(str("round ", round, ": entered late with ", mine.tokens,
                               " tokens; in the average if the round is not agreed before they arrive"));
     agreement_.start(round, grad, n, mine, view ? *view : std::vector<std::string>{}, guest);
+    // Note [Overlapped time-boxed rounds]: everyone's box closes together; an owner leaves
+    // nobody out before the close plus the contribution timeout (waiting costs no compute).
+    if (c.boxes_from_agreement && c.round_seconds > 0 && opened_.first == round && opened_.second > 0)
+      agreement_.leave_out_not_before(start - static_cast<double>(context_.clock.unix_ms() - opened_.second) / 1000.0 +
+                                      c.round_seconds + c.contribution_timeout_s);
     refresh_peers();
 
     RoundResult result;
@@ -516,6 +522,13 @@ class FolderExchange final : public GradientExchange {
   void publish_progress_heartbeat(bool waited) {
     const bool due = beats_.seconds_since_publish() >= context_.config.heartbeat_interval_s;
     if (agreement_.member()) {
+      // Note [Late entry]: a member left out of the next view (its contribution came too late)
+      // enters that round late rather than idling through it.
+      const std::vector<std::string>* next = views_.expected(applied_round_ + 1);
+      if (context_.config.late_entry && next && !contains(*next, context_.config.worker)) {
+        publish_heartbeat("ready");
+        return;
+      }
       if (due || beats_.last_state() != "live") publish_heartbeat("live");
       return;
     }

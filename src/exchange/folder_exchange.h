@@ -82,6 +82,20 @@
 // contribution comes too late has lost only its own steps. Replicas still agree: the
 // agreement alone says who contributed.
 //
+// Note [Overlapped time-boxed rounds]
+// --round-seconds S with --overlap-steps (FolderExchangeConfig::boxes_from_agreement): a worker
+// sends round r-1's Δ when its box closes and computes round r's steps while r-1 is agreed;
+// round r's box closes S after r-1's shard-0 agreement (its owner's clock), for members and
+// late entrants alike. Without that anchor a worker's box would open at its own send, and one
+// that started (or fell) behind would stay behind round after round, its Δ left out (what
+// `gradbox simulate` showed for --overlap-steps alone). Anchored, every box closes together
+// whatever the folder's lag, and no worker waits: the steps between a close and the next
+// agreement belong to the next round. Hence an owner leaves nobody out before the common close
+// plus contribution_timeout (RoundAgreement::leave_out_not_before): the wait costs no compute,
+// only a later next close; a worker that closed early (its last step would overrun the box)
+// is not cut for it. A member left out of a round enters the next one late (a "ready" beat)
+// rather than idling through it.
+//
 // Note [Live control]
 // The run's control file <shared>/control.json (micro_batch, grad_accum, lr_multiplier,
 // weight_decay, dropout; see live_control.h) is mirrored by the syncer. When a shard-0 owner

@@ -61,8 +61,9 @@ class GradientExchange {
   // its gradient is not needed.
   virtual bool will_contribute(uint64_t round) { return true; }
   // For a worker that enters a time-boxed round already open (Note [Late entry] in
-  // folder_exchange.h): how long ago the round opened, so that its box closes with the others';
-  // 0 for everyone else.
+  // folder_exchange.h), and for every worker of overlapped time-boxed rounds once it has the
+  // round before's agreement: how long ago the round opened, so that its box closes with the
+  // others'; 0 otherwise.
   virtual double round_age_s(uint64_t round) const { return 0; }
   // grad[0, n) holds this worker's mean gradient over `mine.tokens` tokens; on return it holds
   // the average every live replica applies for `round` (identical bytes on every replica).

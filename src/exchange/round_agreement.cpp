@@ -76,6 +76,7 @@ void RoundAgreement::start(uint64_t round, float* grad, size_t n, const LocalCon
   departed_.clear();
   counted_blind_ = false;
   overtaken_ = false;
+  leave_out_not_before_s_ = -std::numeric_limits<double>::infinity();
   listings_at_start_ = context_.listings();
   if (member_ || guest_) publish_contributions();
   contributed_at_ = context_.clock.now_s();
@@ -421,7 +422,7 @@ void RoundAgreement::maybe_publish(uint32_t k, const std::set<std::string>& visi
       if (m != c.worker && !refused_(m) && checked_[k].count(m)) present.push_back(m);
     const bool everyone = present.size() == members_.size();
     const double deadline = contribution_deadline();
-    if (!everyone && elapsed < opens + deadline) return;
+    if (!everyone && (elapsed < opens + deadline || context_.clock.now_s() < leave_out_not_before_s_)) return;
     // Leaving someone out, or taking over from an owner that published nothing, rests on an
     // absence: that their file is not there rather than unseen. That needs two whole listings
     // of the folder since the round began, and the folder seen without a gap for a whole

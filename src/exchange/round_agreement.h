@@ -56,6 +56,9 @@ class RoundAgreement {
   // guest (Note [Late entry]) contributes without being a member: no owner waits for it.
   void start(uint64_t round, float* grad, size_t n, const LocalContribution& mine, std::vector<std::string> members,
              bool guest = false);
+  // After start(): an owner agrees the round without someone only from this time on (clock
+  // seconds), besides its contribution deadline (Note [Overlapped time-boxed rounds]).
+  void leave_out_not_before(double s) { leave_out_not_before_s_ = s; }
   // One look at the folder; true once every shard's agreement is applied into grad.
   bool poll();
   // Nobody else is left (whole-run resume): this worker becomes the round's only member.
@@ -140,6 +143,7 @@ class RoundAgreement {
   uint64_t listings_at_start_ = 0;
   bool counted_blind_ = false;
   bool overtaken_ = false;
+  double leave_out_not_before_s_ = 0;
   std::vector<ShardOutcome> shards_;
   std::vector<std::string> own_payloads_;  // buffers kept from round to round
   std::vector<float> reduced_;              // an owner's sum of its shard, kept likewise

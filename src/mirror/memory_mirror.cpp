@@ -5,6 +5,7 @@
 #include <numbers>
 
 #include "common/error.h"
+#include "mirror/sync_contract.h"
 
 namespace gradbox::mirror {
 namespace {
@@ -97,6 +98,14 @@ void MemoryMirror::publish(const std::string& rel, std::string_view bytes) {
   count_dirs(rel, +1);
   own_.insert(rel);
   double when = folder_.sim_.now_s() + folder_.faults_.upload_s;
+  if (folder_.faults_.upload_bytes_per_s > 0 && is_checkpoint_part(rel)) {
+    waiting_parts_.emplace_back(rel, generation);  // background traffic (Note [Upload order])
+    if (!part_tick_pending_) {
+      part_tick_pending_ = true;
+      folder_.push(std::max(folder_.sim_.now_s(), upload_free_s_), SimFolder::Kind::next_part, index_, "", 0);
+    }
+    return;
+  }
   if (folder_.faults_.upload_bytes_per_s > 0) {
     when = std::max(when, upload_free_s_ + folder_.faults_.upload_s) +
            folder_.transfer_s(rel, bytes.size(), folder_.faults_.upload_bytes_per_s);
@@ -320,6 +329,7 @@ void SimFolder::fire(const Event& e) const {
   MemoryMirror& d = *disks_[e.disk];
   switch (e.kind) {
     case Kind::upload: fire_upload(e); return;
+    case Kind::next_part: fire_next_part(e); return;
     case Kind::deliver: fire_deliver(e); return;
     case Kind::remove:
       if (in_outage(d, e.t)) return push(outage_end(d, e.t) + faults_.upload_s, e.kind, e.disk, e.rel, e.id);
@@ -334,6 +344,22 @@ void SimFolder::fire(const Event& e) const {
       }
       return;
   }
+}
+
+void SimFolder::fire_next_part(const Event& e) const {
+  MemoryMirror& d = *disks_[e.disk];
+  if (d.upload_free_s_ > e.t) return push(d.upload_free_s_, e.kind, e.disk, "", 0);  // other files first
+  while (!d.waiting_parts_.empty()) {
+    auto [rel, generation] = std::move(d.waiting_parts_.front());
+    d.waiting_parts_.pop_front();
+    const MemoryMirror::OutFile* f = d.find_published(rel);
+    if (!f || f->generation != generation) continue;  // withdrawn before it went up
+    const double when = e.t + faults_.upload_s + transfer_s(rel, f->bytes.size(), faults_.upload_bytes_per_s);
+    d.upload_free_s_ = when;
+    push(when, Kind::upload, e.disk, rel, generation);
+    return push(when, Kind::next_part, e.disk, "", 0);
+  }
+  d.part_tick_pending_ = false;
 }
 
 void SimFolder::fire_upload(const Event& e) const {

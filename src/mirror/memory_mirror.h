@@ -12,7 +12,9 @@
 //   - faults: a first partial copy (unflagged for another lag), lost listings (unseen for
 //     another lag), outages (no uploads, deletions, arrivals or settled passes meanwhile);
 //   - links, when given a bandwidth: each disk uploads one file at a time and downloads one at
-//     a time, each charged its nominal size (FolderFaults::nominal_bytes).
+//     a time, each charged its nominal size (FolderFaults::nominal_bytes); checkpoint parts go
+//     up one at a time when nothing else waits, as the syncer sends them (Note [Upload order]
+//     in syncer/syncer.h).
 // Like the real syncer, a disk's syncer never re-fetches a rel it once flagged (forget() does
 // not bring it back) and lives as long as the disk: a restarted worker gets the same
 // MemoryMirror. State moves lazily: every call first plays the folder's events, in (time,
@@ -21,6 +23,7 @@
 // relies on the Simulation running one process at a time. Kill the processes using it (Simulation::kill_all) before
 // it is destroyed. Torch-free.
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -128,6 +131,8 @@ class MemoryMirror final : public Mirror {
   std::optional<std::string> control_;
   uint64_t control_version_ = 0;
   double upload_free_s_ = 0;    // when its link finishes the uploads queued so far
+  std::deque<std::pair<std::string, uint64_t>> waiting_parts_;  // checkpoint parts: rel, generation
+  bool part_tick_pending_ = false;  // a Kind::next_part event is queued for this disk
   double download_free_s_ = 0;  // likewise for downloads
   std::map<std::string, uint64_t> uploaded_bytes_;
 };
@@ -159,7 +164,7 @@ class SimFolder {
 
  private:
   friend class MemoryMirror;
-  enum class Kind { upload, remove, deliver, control };
+  enum class Kind { upload, remove, deliver, control, next_part };
   struct Event {
     double t;
     uint64_t seq;
@@ -186,6 +191,7 @@ class SimFolder {
   double transfer_s(const std::string& rel, uint64_t bytes, double bytes_per_s) const;
   uint64_t nominal(const std::string& rel, uint64_t bytes) const;
   void fire_upload(const Event& e) const;
+  void fire_next_part(const Event& e) const;  // starts a disk's next checkpoint part when its link is free
   void fire_deliver(const Event& e) const;
   void arrive(MemoryMirror& d, const Event& e, const SharedFile& file) const;  // flagged in d's inbox
   void deliver_everywhere(const std::string& rel, uint64_t id, int owner, double t) const;

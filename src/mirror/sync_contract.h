@@ -42,4 +42,13 @@ inline constexpr std::string_view kControlFile = "control.json";
 inline constexpr std::string_view kContributionPrefix = "g-";
 inline constexpr std::string_view kCheckpointPartPrefix = "part-";
 
+// A folder checkpoint's part (checkpoints/<checkpoint>/part-NNNN.gbx): background traffic. A
+// syncer uploads one at a time, after everything else it has to send, so that a round's file
+// never queues behind a 15 GB checkpoint (Note [Upload order] in syncer/syncer.h).
+inline bool is_checkpoint_part(std::string_view rel) {
+  const size_t slash = rel.rfind('/');
+  const std::string_view name = slash == std::string_view::npos ? rel : rel.substr(slash + 1);
+  return rel.starts_with("checkpoints/") && name.starts_with(kCheckpointPartPrefix);
+}
+
 }  // namespace gradbox::mirror

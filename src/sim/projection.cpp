@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <limits>
 #include <map>
@@ -30,7 +31,6 @@ const ProjectionConfig& checked(const ProjectionConfig& c) {
   if (c.mode == ProjectedMode::diloco) {
     GB_REQUIRE(c.overlap_steps >= 0 && c.overlap_steps < c.inner_steps, "--overlap-steps ", c.overlap_steps,
                ": must be in 0..--inner-steps - 1 = ", c.inner_steps - 1);
-    GB_REQUIRE(c.overlap_steps == 0 || c.round_seconds == 0, "--round-seconds: not with --overlap-steps (as gradbox train)");
   } else {
     GB_REQUIRE(c.overlap_steps == 0 || c.overlap_steps == 1, "per-step rounds overlap one step (--overlap), not ",
                c.overlap_steps, " (--overlap-steps is DiLoCo's)");
@@ -70,6 +70,19 @@ class ProjectionRun {
 
  private:
   bool diloco() const { return config_.mode == ProjectedMode::diloco; }
+  // A folder checkpoint as the trainer cuts it: the real state in parts of the trainer's size
+  // (64 MB), so that its uploads interleave with rounds' files as the syncer's do (Note
+  // [Upload order]) and each file pays the folder's per-file overhead. The simulated state
+  // (its parameters, and DiLoCo's outer momentum: a few hundred bytes) is cut into about as
+  // many parts, each charged an equal share of the real state.
+  double checkpoint_bytes() const { return static_cast<double>(config_.model_parameters) * 4 * (diloco() ? 5 : 3); }
+  uint64_t sim_state_bytes() const { return kSimParameters * sizeof(float) * (diloco() ? 2 : 1); }
+  uint64_t sim_part_bytes() const {
+    const double real_part = static_cast<double>(exchange::FolderExchangeConfig{}.checkpoint_part_bytes);
+    const uint64_t real_parts = std::max<uint64_t>(1, static_cast<uint64_t>(std::ceil(checkpoint_bytes() / real_part)));
+    return std::max<uint64_t>(1, (sim_state_bytes() + real_parts - 1) / real_parts);
+  }
+  uint64_t model_parts_per_checkpoint() const { return (sim_state_bytes() + sim_part_bytes() - 1) / sim_part_bytes(); }
   bool sharded() const { return config_.mode == ProjectedMode::per_step_sharded; }
   uint32_t shards() const { return sharded() ? static_cast<uint32_t>(config_.workers) : 1; }
 
@@ -88,15 +101,19 @@ class ProjectionRun {
     const double gradient_bytes = static_cast<double>(config_.model_parameters) * config_.wire_bytes_per_parameter;
     // A joiner needs the weights, AdamW's two moments and, with DiLoCo, the global weights and
     // the outer momentum, all fp32.
-    const double checkpoint_bytes = static_cast<double>(config_.model_parameters) * 4 * (diloco() ? 5 : 3);
+    const double checkpoint_bytes = this->checkpoint_bytes();
     const uint32_t shard_count = shards();
-    f.nominal_bytes = [gradient_bytes, checkpoint_bytes, shard_count](const std::string& rel, uint64_t bytes) {
+    const uint64_t model_parts = model_parts_per_checkpoint();
+    f.nominal_bytes = [gradient_bytes, checkpoint_bytes, shard_count, model_parts](const std::string& rel,
+                                                                                   uint64_t bytes) {
       const std::string name = base_name(rel);
       if (rel.starts_with("rounds/") && (name.starts_with("g-") || name.starts_with("r-s")))
         return static_cast<uint64_t>(gradient_bytes / shard_count);
-      // The first part holds model.safetensors, the simulated model's whole state: it stands for
-      // the real checkpoint (the other parts are a few bytes of JSON either way).
-      if (rel.starts_with("checkpoints/") && name == "part-0000.gbx") return static_cast<uint64_t>(checkpoint_bytes);
+      // The first parts slice model.safetensors, the simulated model's whole state: they stand
+      // for the real checkpoint, an equal share each (the other parts are a few bytes of JSON).
+      unsigned index = 0;
+      if (rel.starts_with("checkpoints/") && std::sscanf(name.c_str(), "part-%u.gbx", &index) == 1 && index < model_parts)
+        return static_cast<uint64_t>(checkpoint_bytes / static_cast<double>(model_parts));
       return bytes;
     };
     return f;
@@ -128,7 +145,7 @@ class ProjectionRun {
     c.gc_window = 4;
     c.checkpoint_failover_s = 600;
     c.keep_folder_checkpoints = 2;
-    c.checkpoint_part_bytes = 1ull << 30;  // one part: it is charged the real checkpoint's size
+    c.checkpoint_part_bytes = sim_part_bytes();
     c.wait_for_syncer = true;
     c.poll_interval_s = config_.poll_s > 0 ? config_.poll_s
                                            : std::clamp(compute_s_ * std::max(1, config_.inner_steps) / 1000, 1.0, 10.0);
@@ -157,6 +174,8 @@ class ProjectionRun {
     if (diloco() && config_.round_seconds > 0) {  // time-boxed rounds, joiners enter late
       spec.round_seconds = config_.round_seconds;
       spec.exchange.late_entry = true;
+      spec.exchange.boxes_from_agreement = config_.overlap_steps > 0;
+      spec.exchange.round_seconds = config_.round_seconds;
     }
     mirror::MemoryMirror& mirror = folder_.disk(name);
     const mirror::Simulation::ProcessId id =

@@ -11,9 +11,10 @@
 //     exchange is assumed to take no compute from them: true of a GPU worker, not of the
 //     2-core CPU clusters the validation test runs);
 //   - transfers: each session's link uploads and downloads one file at a time at the given
-//     MB/s, and a file is charged the size it would have for the real model (contributions and
-//     reduced shards: parameters x wire bytes per parameter / shards; checkpoint parts: the
-//     fp32 state), while the simulated model itself is tiny;
+//     MB/s, checkpoint parts only while nothing else waits (Note [Upload order]), and a file is
+//     charged the size it would have for the real model (contributions and reduced shards:
+//     parameters x wire bytes per parameter / shards; a checkpoint's parts: an equal share of
+//     the fp32 state each), while the simulated model itself is tiny;
 //   - the folder: a log-normal visibility lag per (viewer, file), a per-file request overhead,
 //     listings that miss a file for another lag, first copies that are partial;
 //   - sessions' lives: each session dies without warning after an exponential lifetime (capped,

@@ -186,8 +186,11 @@ void run_sim_worker(const SimWorkerSpec& spec, mirror::Mirror& mirror, mirror::C
       for (size_t i = 0; i < inner.size(); ++i) inner[i] -= static_cast<float>(spec.lr) * grad[i];
       ++taken;
       exchange->between_rounds((round - 1) * static_cast<uint64_t>(spec.inner_steps) + static_cast<uint64_t>(taken));
-      const double mean_step = (clock.now_s() - entered) / taken;
-      if (spec.round_seconds > 0 && clock.now_s() - opened + mean_step > spec.round_seconds) break;
+      // The next step's cost: the mean so far, as the trainer; with overlap the steps computed
+      // during the last exchange took no time here, so what is left of a step's compute.
+      const double next_step = spec.overlap_steps > 0 ? std::max(0.0, spec.compute_s - overlapped_s)
+                                                      : (clock.now_s() - entered) / taken;
+      if (spec.round_seconds > 0 && clock.now_s() - opened + next_step > spec.round_seconds) break;
     }
     for (size_t i = 0; i < inner.size(); ++i) grad[i] = local.params[i] - inner[i];
     return taken;

@@ -89,6 +89,22 @@ int run_daemon(Syncer& syncer, const Flags& f) {
     if (!ec) stop(str("signal ", sig));
   });
 
+  std::function<void(const Task&)> post;
+  post = [&](const Task& t) {
+    asio::post(pool, [&, t] {
+      try {
+        syncer.execute(t);
+        syncer.write_stats_if_changed(/*throttle=*/true);
+        // Note [Upload order]: the next checkpoint part (or anything new) goes at once, not
+        // a poll later, so that a checkpoint still uploads back to back.
+        if (t.kind == Task::Kind::upload && mirror::is_checkpoint_part(t.rel) && !stopping)
+          for (const Task& next : syncer.plan_uploads()) post(next);
+      } catch (const std::exception& e) {
+        logger.warn(str("transfer of ", t.rel, " failed (retrying later): ", e.what()));
+      }
+    });
+  };
+
   std::function<void()> poll;
   poll = [&] {
     if (stopping) return;
@@ -98,16 +114,7 @@ int run_daemon(Syncer& syncer, const Flags& f) {
       std::vector<Task> tasks = syncer.plan_uploads();
       for (auto& t : syncer.plan_removals()) tasks.push_back(t);
       for (auto& t : syncer.plan_downloads()) tasks.push_back(t);
-      for (auto& t : tasks) {
-        asio::post(pool, [&syncer, &logger, t] {
-          try {
-            syncer.execute(t);
-            syncer.write_stats_if_changed(/*throttle=*/true);
-          } catch (const std::exception& e) {
-            logger.warn(str("transfer of ", t.rel, " failed (retrying later): ", e.what()));
-          }
-        });
-      }
+      for (auto& t : tasks) post(t);
       syncer.write_stats_if_changed(/*throttle=*/true);
     } catch (const std::exception& e) {
       logger.warn(str("poll failed (retrying next poll): ", e.what()));

@@ -3,6 +3,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "common/atomic_file.h"
 #include "common/checksum.h"
 #include "common/error.h"
@@ -169,16 +171,30 @@ bool Syncer::is_own(const std::string& rel) const {
   return own_.count(rel) || path_exists(outbox_ / rel) || path_exists(outbox_ / marked(rel, kSentSuffix));
 }
 
-std::vector<Task> Syncer::plan_uploads() {
+std::vector<Task> Syncer::plan_uploads(PartUploads parts) {
   std::vector<Task> tasks;
   std::vector<std::string> files = scan(outbox_);
   std::lock_guard lock(mutex_);
+  // Note [Upload order]: checkpoint parts after the rest, and (the daemon) one at a time.
+  bool part_in_flight = std::any_of(in_flight_.begin(), in_flight_.end(),
+                                    [](const std::string& rel) { return mirror::is_checkpoint_part(rel); });
+  std::vector<std::string> waiting_parts;
   for (const auto& rel : files) {
     // control.json is the operator's, edited in place in the shared folder: never overwritten.
     if (is_temp_name(rel) || rel.ends_with(kSentSuffix) || is_control_file(rel)) continue;
     own_.insert(rel);
     if (conflicts_.count(rel) || path_exists(outbox_ / marked(rel, kSentSuffix))) continue;
+    if (mirror::is_checkpoint_part(rel)) {
+      if (!in_flight_.count(rel)) waiting_parts.push_back(rel);
+    } else if (try_begin(rel)) {
+      tasks.push_back({Task::Kind::upload, rel, 0});
+    }
+  }
+  std::sort(waiting_parts.begin(), waiting_parts.end());  // a checkpoint's parts in order
+  for (const auto& rel : waiting_parts) {
+    if (parts == PartUploads::one_at_a_time && part_in_flight) break;
     if (try_begin(rel)) tasks.push_back({Task::Kind::upload, rel, 0});
+    part_in_flight = true;
   }
   return tasks;
 }
@@ -527,12 +543,12 @@ void Syncer::quarantine(const std::string& rel, const std::string& reason, const
 }
 
 void Syncer::upload_pass() {
-  for (const auto& t : plan_uploads()) execute(t);
+  for (const auto& t : plan_uploads(PartUploads::all)) execute(t);
   write_stats_if_changed();
 }
 
 void Syncer::run_pass() {
-  for (const auto& t : plan_uploads()) execute(t);
+  for (const auto& t : plan_uploads(PartUploads::all)) execute(t);
   for (const auto& t : plan_removals()) execute(t);
   for (const auto& t : plan_downloads()) execute(t);
   write_stats_if_changed();

@@ -5,7 +5,7 @@
 //
 //   uploads     write-once: a shared name already holding other bytes is a conflict, logged once
 //               and never overwritten; a shorter prefix of our own bytes (our interrupted upload)
-//               is completed.
+//               is completed. Checkpoint parts go last (Note [Upload order]).
 //   downloads   copied to <rel>.tmp.<pid>, verified (wire::verify_file), renamed, then flagged.
 //               Never downloaded again in this process's lifetime, nor when its .flag exists.
 //   quarantine  unsupported or corrupt after max_attempts downloads, incomplete (or a 0-byte
@@ -91,12 +91,27 @@ struct Task {
   uint64_t listed_size = 0;  // download: the size the listing reported
 };
 
+// Note [Upload order]
+// A folder checkpoint is published all at once: ~240 parts of 64 MB for GPT-2-Large with
+// DiLoCo's state, 12 minutes of a 20 MB/s upload. Posted to the transfer pool in the outbox's
+// order ("checkpoints/" sorts before "rounds/"), they held every round file published meanwhile
+// for those 12 minutes, and the round went on without that worker (`gradbox simulate` showed
+// it: the checkpoint's writer was left out of the round, or failed over as the owner). So the
+// daemon plans checkpoint parts after every other upload and keeps at most one in flight,
+// planning the next as soon as one is sent (not a poll later): a round's file shares the link
+// with one part at most, and the checkpoint still uploads back to back. One part at a time is
+// slower than --jobs of them where a backend's transfers are each rate-limited (rclone to
+// Drive): the checkpoint is background traffic. The simulated folder's links do the same
+// (memory_mirror.h).
+enum class PartUploads { one_at_a_time, all };
+
 class Syncer {
  public:
   Syncer(std::unique_ptr<Backend> backend, SyncerOptions options);
 
   // Work for one poll; each returned task is marked in flight until execute() finishes it.
-  std::vector<Task> plan_uploads();
+  // Checkpoint parts come last; the daemon takes them one_at_a_time (Note [Upload order]).
+  std::vector<Task> plan_uploads(PartUploads parts = PartUploads::one_at_a_time);
   std::vector<Task> plan_removals();
   std::vector<Task> plan_downloads();  // lists the shared folder
   // One transfer; never throws for backend failures (counted, logged, retried on a later poll).

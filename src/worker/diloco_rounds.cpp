@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <future>
+#include <limits>
 
 #include "common/error.h"
 #include "common/log.h"
@@ -78,7 +80,9 @@ double Trainer::diloco_step(double lr) {
     // The box opens at this worker's first inner step of the round; one entering a round
     // already open (Note [Late entry] in exchange/folder_exchange.h) has what is left of it.
     if (round_box_of_ != round) {
-      const double age = exchange_ ? exchange_->round_age_s(round) : 0.0;
+      // Not while a round runs in the background (another thread owns the exchange then):
+      // reanchor_box() times the box once that round is applied.
+      const double age = exchange_ && !in_flight_ ? exchange_->round_age_s(round) : 0.0;
       round_box_of_ = round;
       round_first_step_ = std::chrono::steady_clock::now();
       round_box_opened_ = round_first_step_ -
@@ -99,10 +103,21 @@ double Trainer::diloco_step(double lr) {
   }
   const int64_t done = step_ + 1;
   if (exchange_ && !in_flight_) exchange_->between_rounds(static_cast<uint64_t>(done));
-  if (in_flight_ && done >= in_flight_->apply_after_step) apply_fragment_round();
+  // Overlapped time-boxed rounds apply the round before as soon as it is agreed: its agreement
+  // times this round's box (Note [Overlapped time-boxed rounds] in exchange/folder_exchange.h).
+  if (in_flight_ && (done >= in_flight_->apply_after_step || (boxed_overlap() && in_flight_agreed()))) {
+    apply_fragment_round();
+    reanchor_box(round);
+  }
   if (reloaded_) return local.loss;
-  const bool box_closed = contributes && config_.round_seconds > 0 && !round_ends_after_step(done) &&
-                          !another_fits(round_box_opened_, round_first_step_, round_inner_steps_);
+  bool box_closed = contributes && config_.round_seconds > 0 && !round_ends_after_step(done) &&
+                    !another_fits(round_box_opened_, round_first_step_, round_inner_steps_);
+  if (box_closed && in_flight_) {  // its agreement first: it may move the box
+    apply_fragment_round();
+    if (reloaded_) return local.loss;
+    reanchor_box(round);
+    box_closed = !another_fits(round_box_opened_, round_first_step_, round_inner_steps_);
+  }
   if (box_closed) {
     // The round's other nominal steps are not taken: the schedule, the run's length and the
     // checkpoints count nominal steps, so every worker is at the same step after the round.
@@ -110,7 +125,7 @@ double Trainer::diloco_step(double lr) {
     logger().info(str("round ", round, ": ", round_inner_steps_, " inner step(s) fit in --round-seconds ",
                       config_.round_seconds, "; steps ", done + 1, "-", end, " are not taken"));
     step_advance_ = end - step_;
-    outer_round(round, 0);
+    outer_round(round, 0, config_.overlap_steps > 0);
   } else if (done == config_.max_steps) {
     // The run's end: every fragment's last steps go out, one round each, in their turn.
     if (in_flight_) apply_fragment_round();
@@ -121,6 +136,22 @@ double Trainer::diloco_step(double lr) {
     outer_round(round, fragment_due_after(done), config_.overlap_steps > 0);
   }
   return local.loss;
+}
+
+bool Trainer::boxed_overlap() const { return config_.round_seconds > 0 && config_.overlap_steps > 0; }
+
+bool Trainer::in_flight_agreed() const {
+  return !in_flight_->pending.valid() ||
+         in_flight_->pending.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+}
+
+// The box of `round` opens with its shard-0 agreement of the round before, once that is known.
+void Trainer::reanchor_box(uint64_t round) {
+  if (!boxed_overlap() || !exchange_ || round_box_of_ != round) return;
+  const double age = exchange_->round_age_s(round);
+  if (age <= 0) return;
+  round_box_opened_ = std::chrono::steady_clock::now() -
+                      std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(age));
 }
 
 Trainer::LocalGradient Trainer::emulated_inner_step(double lr) {
@@ -175,6 +206,9 @@ void Trainer::outer_round(uint64_t round, size_t fragment, bool in_background) {
   r.round = round;
   r.fragment = fragment;
   r.apply_after_step = step_ + 1 + (in_background ? config_.overlap_steps : 0);
+  // A box that closed early skips nominal steps: such a round is applied once agreed (or when
+  // the next box closes), not after a count of steps.
+  if (in_background && boxed_overlap()) r.apply_after_step = std::numeric_limits<int64_t>::max();
   r.inner_steps = round_inner_steps_;
   r.started = std::chrono::steady_clock::now();
   const int64_t tokens = round_tokens_[fragment];

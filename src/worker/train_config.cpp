@@ -95,7 +95,7 @@ void TrainConfig::validate() const {
     GB_REQUIRE(overlap_steps < inner_steps / fragments, "--overlap-steps ", overlap_steps,
                ": must be less than --inner-steps / --fragments = ", inner_steps / fragments,
                " (one fragment's round in flight at a time)");
-    GB_REQUIRE(round_seconds == 0, "--round-seconds: not with --fragments or --overlap-steps");
+    GB_REQUIRE(round_seconds == 0 || fragments == 1, "--round-seconds: not with --fragments");
     GB_REQUIRE(emulate_workers.empty(), "--emulate-workers: not with --fragments or --overlap-steps");
   }
   GB_REQUIRE(std::isfinite(round_seconds) && round_seconds >= 0, "--round-seconds: must be >= 0, got ", round_seconds);

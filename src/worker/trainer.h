@@ -91,6 +91,11 @@ class Trainer {
   int64_t round_end_after(int64_t step) const;     // the step that ends the DiLoCo round `step` + 1 is in
   // --round-seconds: whether one more unit, as long as the mean of the `done` units since `first_unit`, still ends
   // inside the box opened at `box_opened` (earlier than the first unit for a late entrant).
+  // --round-seconds with --overlap-steps (Note [Overlapped time-boxed rounds] in
+  // exchange/folder_exchange.h): the round in flight's agreement opens the next box.
+  bool boxed_overlap() const;
+  bool in_flight_agreed() const;
+  void reanchor_box(uint64_t round);
   bool another_fits(std::chrono::steady_clock::time_point box_opened, std::chrono::steady_clock::time_point first_unit,
                     int64_t done) const;
   // Every checkpoint_interval steps; in DiLoCo rounds at the end of the round that passed one.

@@ -301,6 +301,27 @@ std::map<std::string, std::vector<nlohmann::json>> per_worker(const fs::path& ba
   return out;
 }
 
+// Every round holds all three, each worker took 1 .. H-1 steps in the first `boxed` rounds (its
+// box ended them, not H), and the round's tokens are the sum of each worker's.
+void expect_boxed_rounds_hold_everyone(const std::map<std::string, std::vector<nlohmann::json>>& rounds, int count,
+                                       int inner, int boxed) {
+  for (const Worker& w : kOneSlow) ASSERT_EQ(rounds.at(w.name).size(), static_cast<size_t>(count)) << w.name;
+  for (int r = 0; r < count; ++r) {
+    const nlohmann::json& a = rounds.at("a")[r];
+    EXPECT_EQ(a["contributors"], 3) << "round " << r + 1;
+    int64_t tokens = 0;
+    for (const Worker& w : kOneSlow) {
+      const int64_t steps = rounds.at(w.name)[r]["inner_steps"].get<int64_t>();
+      EXPECT_GE(steps, 1) << w.name << " round " << r + 1;
+      if (r < boxed) {
+        EXPECT_LT(steps, inner) << w.name << " round " << r + 1 << ": the box, not the cap, ended it";
+      }
+      tokens += steps * w.micro_batch * 32;
+    }
+    EXPECT_EQ(a["round_tokens"].get<int64_t>(), tokens) << "round " << r + 1 << ": each worker's tokens, summed";
+  }
+}
+
 void expect_identical_replicas(const fs::path& base, int step) {
   char name[32];
   std::snprintf(name, sizeof name, "step_%08d", step);
@@ -318,25 +339,32 @@ TEST_F(DilocoTest, TimeBoxedRoundsTakeWhatFitsAndWeighItByTokens) {
                std::to_string(kRounds * kInner), "--round-seconds", "1.5", "--eval-interval", "0"},
               kOneSlow);
   const auto rounds = per_worker(base, "inner_steps");
+  expect_boxed_rounds_hold_everyone(rounds, kRounds, kInner, kRounds);
   int64_t a_steps = 0, c_steps = 0;
-  for (const Worker& w : kOneSlow) ASSERT_EQ(rounds.at(w.name).size(), static_cast<size_t>(kRounds)) << w.name;
   for (int r = 0; r < kRounds; ++r) {
-    const nlohmann::json& a = rounds.at("a")[r];
-    EXPECT_EQ(a["contributors"], 3) << "round " << r + 1;
-    int64_t tokens = 0;
-    for (const Worker& w : kOneSlow) {
-      const int64_t steps = rounds.at(w.name)[r]["inner_steps"].get<int64_t>();
-      EXPECT_GE(steps, 1) << w.name << " round " << r + 1;
-      EXPECT_LT(steps, kInner) << w.name << " round " << r + 1 << ": the box, not the cap, ended it";
+    for (const Worker& w : kOneSlow)
       EXPECT_EQ(rounds.at(w.name)[r]["step"], (r + 1) * kInner) << "rounds end at their nominal step";
-      tokens += steps * w.micro_batch * 32;
-    }
-    EXPECT_EQ(a["round_tokens"].get<int64_t>(), tokens) << "round " << r + 1 << ": each worker's tokens, summed";
-    a_steps += a["inner_steps"].get<int64_t>();
+    a_steps += rounds.at("a")[r]["inner_steps"].get<int64_t>();
     c_steps += rounds.at("c")[r]["inner_steps"].get<int64_t>();
   }
   std::cout << "time-boxed DiLoCo: a took " << a_steps << " inner steps, c (3x the micro-batch) " << c_steps << "\n";
   EXPECT_LT(c_steps, a_steps) << "c is slower: it fits fewer steps in the box";
+  expect_identical_replicas(base, kRounds * kInner);
+}
+
+// Note [Overlapped time-boxed rounds]: the boxes with --overlap-steps. Each worker sends its Δ
+// when its box closes and goes on computing; the round before is applied (merged) once agreed,
+// and its agreement times the next box. Every round still holds all three, weighs each by its
+// tokens, and the replicas end identical.
+TEST_F(DilocoTest, OverlappedTimeBoxedRoundsKeepEveryoneAndAgree) {
+  const fs::path base = dir("diloco_boxed_overlap");
+  constexpr int kRounds = 4, kInner = 1000;
+  run_cluster(base,
+              {"--sync", "diloco", "--inner-steps", std::to_string(kInner), "--overlap-steps", std::to_string(kInner - 1),
+               "--max-steps", std::to_string(kRounds * kInner), "--round-seconds", "1.5", "--eval-interval", "0"},
+              kOneSlow);
+  // The last round may end at --max-steps rather than at its box.
+  expect_boxed_rounds_hold_everyone(per_worker(base, "inner_steps"), kRounds, kInner, kRounds - 1);
   expect_identical_replicas(base, kRounds * kInner);
 }
 

@@ -92,6 +92,32 @@ TEST(MemoryMirror, LinksQueueTransfersAndChargeNominalSizes) {
   EXPECT_EQ(b.list("small")[0].arrived_unix_ms, kStart + 4621);  // 4.62 + 0.001
 }
 
+// Checkpoint parts are background traffic on a link, as the syncer sends them (Note [Upload
+// order]): one at a time while nothing else waits, so a round's file published behind ten
+// parts waits for the one part in flight, not for all ten.
+TEST(MemoryMirror, CheckpointPartsGiveWayToOtherUploads) {
+  Simulation sim;
+  FolderFaults f = fixed_lag();
+  f.upload_bytes_per_s = 1000;
+  f.nominal_bytes = [](const std::string& rel, uint64_t bytes) { return rel.starts_with("checkpoints/") ? 1000 : bytes; };
+  SimFolder folder(sim, 1, f);
+  MemoryMirror& a = folder.disk("a");
+  for (int i = 0; i < 10; ++i) a.publish(str("checkpoints/s1-e0-a/part-000", i, ".gbx"), "P");  // 1 s each
+  sim.run_until(0.5);
+  a.publish("rounds/r1/g-s0-a.gbx", "g");  // after part 0 (up at 1.01): 1.01 + 0.01 + 0.001 s
+  sim.run_until(1.0205);
+  EXPECT_TRUE(a.landed("checkpoints/s1-e0-a/part-0000.gbx"));
+  EXPECT_FALSE(a.landed("rounds/r1/g-s0-a.gbx"));
+  sim.run_until(1.0215);
+  EXPECT_TRUE(a.landed("rounds/r1/g-s0-a.gbx"));
+  EXPECT_FALSE(a.landed("checkpoints/s1-e0-a/part-0001.gbx"));
+  // The parts go on back to back after it: the last lands at 1.021 + 9 x 1.01 s.
+  sim.run_until(10.10);
+  EXPECT_FALSE(a.landed("checkpoints/s1-e0-a/part-0009.gbx"));
+  sim.run_until(10.12);
+  EXPECT_TRUE(a.landed("checkpoints/s1-e0-a/part-0009.gbx"));
+}
+
 TEST(MemoryMirror, DownloadsQueueOnTheReadersLink) {
   Simulation sim;
   FolderFaults f = fixed_lag();

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "common/atomic_file.h"
@@ -407,6 +408,41 @@ TEST(Syncer, OutboxUploadOnceNoOverwriteDeleteAndOwnFilesStayLocal) {
   EXPECT_FALSE(fs::exists(f.shared / "round_1"));
   EXPECT_FALSE(fs::exists(f.local / kOutboxDir / "round_1" / sent_of("g.me")));
   EXPECT_EQ(f.stats()["deleted"], 1);
+}
+
+// Note [Upload order]: a folder checkpoint's parts were posted before a round's files (the
+// outbox's order) and held them for as long as the whole checkpoint took to upload. The
+// daemon's plan puts every other file first and keeps one part in flight at a time.
+TEST(Syncer, CheckpointPartsGoAfterRoundFilesAndOneAtATime) {
+  Fixture f("upload_order");
+  const std::string part = framed_file(1);
+  for (int i = 0; i < 3; ++i)
+    write_bytes(f.local / kOutboxDir / "checkpoints" / "s00000004-e0-me" / str("part-000", i, ".gbx"), part);
+  write_bytes(f.local / kOutboxDir / "rounds" / "r00000007" / "g-s0-me.gbx", framed_file(2));
+  write_bytes(f.local / kOutboxDir / "members" / "me" / "hb-1.gbx", framed_file(3));
+  std::vector<Task> first = f.syncer->plan_uploads();
+  std::vector<std::string> rels;
+  for (const Task& t : first) rels.push_back(t.rel);
+  ASSERT_EQ(rels.size(), 3u);
+  EXPECT_EQ(std::set<std::string>(rels.begin(), rels.begin() + 2),
+            (std::set<std::string>{"members/me/hb-1.gbx", "rounds/r00000007/g-s0-me.gbx"}));
+  EXPECT_EQ(rels[2], "checkpoints/s00000004-e0-me/part-0000.gbx");  // last, and only one
+  // A round file published while a part is in flight is planned at once; no second part is.
+  write_bytes(f.local / kOutboxDir / "rounds" / "r00000008" / "g-s0-me.gbx", framed_file(4));
+  std::vector<Task> second = f.syncer->plan_uploads();
+  ASSERT_EQ(second.size(), 1u);
+  EXPECT_EQ(second[0].rel, "rounds/r00000008/g-s0-me.gbx");
+  for (const Task& t : first) f.syncer->execute(t);
+  for (const Task& t : second) f.syncer->execute(t);
+  // The part landed: the next one goes.
+  std::vector<Task> third = f.syncer->plan_uploads();
+  ASSERT_EQ(third.size(), 1u);
+  EXPECT_EQ(third[0].rel, "checkpoints/s00000004-e0-me/part-0001.gbx");
+  f.syncer->execute(third[0]);
+  // A synchronous pass (gradbox-sync --once, the final pass) still sends every part.
+  f.syncer->run_pass();
+  EXPECT_EQ(read_file(f.shared / "checkpoints" / "s00000004-e0-me" / "part-0002.gbx"), part);
+  EXPECT_EQ(f.stats()["uploaded"], 6);
 }
 
 TEST(Syncer, SameSizeSharedFileCountsAsUploadedAndPartialOwnUploadIsCompleted) {
