@@ -80,7 +80,7 @@ void add_prepare_command(CLI::App& app) {
   cmd->add_option("--tokenizer", t->tokenizer,
                   "bpe (train a byte-fallback BPE on the cleaned text) or gpt2 (--gpt2-dir)")
       ->capture_default_str();
-  cmd->add_option("--gpt2-dir", t->gpt2_dir, "Folder with GPT-2's encoder.json and vocab.bpe");
+  cmd->add_option("--gpt2-dir", t->gpt2_dir, "Folder with GPT-2's encoder.json and vocab.bpe (default: the ones gradbox ships, data/gpt2)");
   cmd->add_option("--vocab-size", o->vocab_size, "BPE vocabulary size")->capture_default_str();
   cmd->add_option("--bpe-max-sentences", o->bpe_max_sentences,
                   "Documents sampled for BPE training (bounds its memory)")

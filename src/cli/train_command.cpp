@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <set>
 #include <sstream>
 
 #include "cli/commands.h"
@@ -206,6 +207,42 @@ std::unique_ptr<worker::Sidecar> start_syncer(const SharedFlags& f, const std::f
   return std::make_unique<worker::Sidecar>(argv, local / mirror::kSyncerLogFile);
 }
 
+// `gradbox train --help` lists its ~70 flags under these headings, the few a new user needs
+// first. Every flag must be named here (a new one that is not fails at start-up).
+void group_train_flags(CLI::App* cmd) {
+  static const std::vector<std::pair<std::string, std::vector<std::string>>> kGroups = {
+      {"Start here", {"--help", "--help-all", "--config", "--data", "--out", "--model", "--max-steps", "--device"}},
+      {"Model and batch",
+       {"--init-from", "--micro-batch", "--block-size", "--grad-accum", "--dropout", "--activation-checkpointing",
+        "--precision", "--threads", "--local-workers", "--seed", "--emulate-workers"}},
+      {"Optimizer",
+       {"--optimizer", "--lr", "--min-lr", "--warmup-steps", "--weight-decay", "--beta1", "--beta2", "--eps",
+        "--grad-clip"}},
+      {"Evaluation, checkpoints and logs",
+       {"--eval-interval", "--eval-batches", "--checkpoint-interval", "--keep-checkpoints", "--log-interval",
+        "--stop-at-step"}},
+      {"Many workers: a shared folder",
+       {"--shared", "--local", "--worker", "--peers", "--run-id", "--exchange", "--codec", "--zstd-level", "--shards",
+        "--overlap"}},
+      {"Synchronisation: per-step gradients or DiLoCo rounds",
+       {"--sync", "--inner-steps", "--outer-lr", "--inner-lr-scale", "--outer-momentum", "--sync-warmup-steps",
+        "--round-seconds", "--fragments", "--overlap-steps"}},
+      {"Elastic runs: deadlines, failover, folder checkpoints",
+       {"--contribution-timeout", "--deadline-floor", "--deadline-k", "--heartbeat-interval", "--stale-after",
+        "--checkpoint-failover", "--keep-folder-checkpoints", "--checkpoint-part-bytes", "--failover-timeout",
+        "--give-up-timeout", "--fingerprint-interval", "--gc-window"}},
+      {"Syncer", {"--syncer", "--sync-backend", "--sync-args"}},
+  };
+  std::set<std::string> grouped;
+  for (const auto& [heading, names] : kGroups)
+    for (const std::string& name : names) {
+      cmd->get_option(name)->group(heading);  // throws CLI::OptionNotFound for a name that is not a flag
+      grouped.insert(name);
+    }
+  for (const CLI::Option* option : cmd->get_options())
+    GB_CHECK(grouped.count(option->get_name()) > 0, "train flag ", option->get_name(), " has no --help heading");
+}
+
 }  // namespace
 
 void add_train_command(CLI::App& app) {
@@ -273,6 +310,7 @@ void add_train_command(CLI::App& app) {
              "with --round-seconds, each round is sent when its box closes and merged once agreed");
   auto shared = std::make_shared<SharedFlags>();
   add_shared_flags(cmd, *shared);
+  group_train_flags(cmd);
 
   cmd->callback([flags, config_file, stop_at_step, shared] {
     worker::TrainConfig config;

@@ -17,6 +17,10 @@
 namespace gradbox::data {
 
 namespace fs = std::filesystem;
+
+fs::path gpt2_files(const PrepareOptions& options) {
+  return options.gpt2_dir.empty() ? fs::path(GRADBOX_GPT2_DIR) : options.gpt2_dir;
+}
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
@@ -51,8 +55,12 @@ void validate(const PrepareOptions& o) {
              o.val_fraction);
   GB_REQUIRE(o.threads >= 0, "--threads must be >= 0, got ", o.threads);
   if (o.tokenizer == TokenizerChoice::gpt2) {
-    GB_REQUIRE(!o.gpt2_dir.empty(), "--gpt2-dir is required with --tokenizer gpt2 (a folder with ",
-               "encoder.json and vocab.bpe)");
+    const fs::path dir = gpt2_files(o);
+    for (const char* name : {"encoder.json", "vocab.bpe"}) {
+      std::error_code ec;
+      GB_REQUIRE(fs::is_regular_file(dir / name, ec), "--gpt2-dir ", dir.string(), ": no ", name,
+                 " there (GPT-2's encoder.json and vocab.bpe are needed)");
+    }
   } else {
     GB_REQUIRE(o.vocab_size >= 260 && o.vocab_size <= (1 << 24),
                "--vocab-size must be in [260, 16777216] (256 byte pieces + 3 specials + merges), got ",
@@ -63,11 +71,6 @@ void validate(const PrepareOptions& o) {
 }
 
 std::unique_ptr<tokenizer::Tokenizer> load_gpt2(const fs::path& dir) {
-  for (const char* name : {"encoder.json", "vocab.bpe"}) {
-    std::error_code ec;
-    GB_REQUIRE(fs::is_regular_file(dir / name, ec), "--gpt2-dir ", dir.string(), ": no ", name,
-               " there (GPT-2's encoder.json and vocab.bpe are needed)");
-  }
   return tokenizer::load_gpt2_bpe(dir / "encoder.json", dir / "vocab.bpe");
 }
 
@@ -213,7 +216,7 @@ PrepareReport prepare_dataset(const PrepareOptions& options) {
   StopWords stop_words =
       options.stopwords_file ? StopWords::load(*options.stopwords_file) : StopWords::builtin();
   std::unique_ptr<tokenizer::Tokenizer> tok;
-  if (options.tokenizer == TokenizerChoice::gpt2) tok = load_gpt2(options.gpt2_dir);
+  if (options.tokenizer == TokenizerChoice::gpt2) tok = load_gpt2(gpt2_files(options));
   const int32_t threads =
       options.threads > 0 ? options.threads
                           : std::max(1, static_cast<int32_t>(std::thread::hardware_concurrency()));

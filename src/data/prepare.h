@@ -40,7 +40,7 @@ struct PrepareOptions {
   std::optional<std::filesystem::path> stopwords_file;  // replaces the built-in lists
 
   TokenizerChoice tokenizer = TokenizerChoice::bpe;
-  std::filesystem::path gpt2_dir;    // encoder.json + vocab.bpe, for TokenizerChoice::gpt2
+  std::filesystem::path gpt2_dir;    // encoder.json + vocab.bpe, for TokenizerChoice::gpt2 (empty: gpt2_files())
   int32_t vocab_size = 51200;        // for TokenizerChoice::bpe
   int64_t bpe_max_sentences = 2'000'000;
 
@@ -67,5 +67,8 @@ PrepareReport prepare_dataset(const PrepareOptions& options);
 
 // The options after defaults, as one JSON line (logged, and saved in report.json).
 std::string options_json(const PrepareOptions& options);
+
+// Where --tokenizer gpt2 reads encoder.json and vocab.bpe: --gpt2-dir, else the shipped ones.
+std::filesystem::path gpt2_files(const PrepareOptions& options);
 
 }  // namespace gradbox::data

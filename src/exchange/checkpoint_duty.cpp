@@ -116,8 +116,31 @@ std::optional<FolderCheckpoint> CheckpointDuty::newest(bool wait, double since) 
   }
 }
 
+// A joiner waits minutes for GPT-2-Large's 15 GB: say how far the parts are, every 10 s.
+void CheckpointDuty::report_fetch(const FolderCheckpoint& wanted, FetchProgress& progress) const {
+  if (wanted.parts == 0) return;
+  const double now = context_.clock.now_s();
+  const bool first = progress.dir_rel != wanted.dir_rel;
+  if (!first && now - progress.reported_s < 10) return;
+  size_t here = 0;
+  for (const mirror::Arrival& arrival : context_.mirror.list(wanted.dir_rel)) here += arrival.name != kCheckpointManifestName;
+  here = std::min(here, wanted.parts);
+  const double total_mb = static_cast<double>(wanted.bytes) / 1e6;
+  const double done_mb = total_mb * static_cast<double>(here) / static_cast<double>(wanted.parts);
+  if (first) {
+    progress = FetchProgress{wanted.dir_rel, now, now, done_mb};
+    return;
+  }
+  progress.reported_s = now;
+  const double mb_per_s = (done_mb - progress.first_mb) / (now - progress.started_s);
+  const std::string eta = mb_per_s > 0 ? str(static_cast<int64_t>((total_mb - done_mb) / mb_per_s), " s") : "unknown";
+  context_.log().info(str("fetching ", wanted.dir_rel, ": ", here, "/", wanted.parts, " parts (",
+                          static_cast<int64_t>(done_mb), " of ", static_cast<int64_t>(total_mb), " MB), ETA ", eta));
+}
+
 fs::path CheckpointDuty::fetch(FolderCheckpoint wanted, const fs::path& run_dir, double since) {
   std::string cleared_for;  // the checkpoint whose target was cleared (the fetch fills it only when whole)
+  FetchProgress progress;
   while (true) {
     char name[32];
     std::snprintf(name, sizeof name, "step_%08llu", static_cast<unsigned long long>(wanted.step));
@@ -135,6 +158,7 @@ fs::path CheckpointDuty::fetch(FolderCheckpoint wanted, const fs::path& run_dir,
       wanted = *newest(true, since);
       continue;
     }
+    report_fetch(wanted, progress);
     give_up_check(since, str("folder checkpoint ", wanted.dir_rel, " did not arrive"));
     // A newer one appeared, or this one was pruned while its parts were coming: take the newest.
     const std::optional<FolderCheckpoint> now_newest = newest(true, since);

@@ -54,7 +54,14 @@ class CheckpointDuty {
     double written_s = 0;
     bool settled = false;  // in the folder (by anyone), or not this worker's to publish
   };
+  struct FetchProgress {
+    std::string dir_rel;  // the checkpoint being fetched
+    double started_s = 0;
+    double reported_s = 0;
+    double first_mb = 0;  // already here when the fetch began
+  };
   void start_publish_if_due(const std::vector<FolderCheckpoint>& folder);
+  void report_fetch(const FolderCheckpoint& wanted, FetchProgress& progress) const;
   void give_up_check(double since, const std::string& what) const;
 
   ExchangeContext& context_;

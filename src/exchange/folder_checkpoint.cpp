@@ -28,7 +28,7 @@ namespace fs = std::filesystem;
 // a checkpoint that verify_checkpoint() accepts.
 constexpr const char* kCheckpointFiles[] = {"model.safetensors", "optimizer.safetensors", "state.json", "manifest.json"};
 constexpr const char* kCheckpointsDir = "checkpoints";
-constexpr const char* kManifestName = "manifest.gbx";
+constexpr const char* kManifestName = kCheckpointManifestName;
 // The syncer fetches these on demand only (Note [The syncer contract]).
 constexpr std::string_view kPartPrefix = mirror::kCheckpointPartPrefix;
 
@@ -390,6 +390,7 @@ std::vector<FolderCheckpoint> list_folder_checkpoints(mirror::Mirror& mirror, co
     c.parameters_checksum = m.parameters_checksum();
     c.dir_rel = dir_rel;
     for (const wire::CheckpointFile& f : m.files()) c.bytes += f.bytes();
+    c.parts = static_cast<size_t>(m.parts_size());
     c.own = own;
     if (cache) listed.by_rel[manifest_rel] = {std::move(*bytes), c};
     found.push_back(std::move(c));

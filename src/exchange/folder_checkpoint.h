@@ -61,8 +61,12 @@ struct FolderCheckpoint {
   uint64_t parameters_checksum = 0;
   std::string dir_rel;  // "checkpoints/s00000100-e0-a"
   uint64_t bytes = 0;   // total of its files
+  size_t parts = 0;     // files besides the manifest
   bool own = false;     // published by this worker (read back from its published files)
 };
+
+// The file of a checkpoint folder that lists its parts; written last.
+inline constexpr const char* kCheckpointManifestName = "manifest.gbx";
 
 // "checkpoints/s<step %08d>-e<epoch>-<publisher>"
 std::string folder_checkpoint_dir(uint64_t step, uint32_t epoch, const std::string& publisher);

@@ -1,10 +1,15 @@
 #pragma once
 // Metrics go to a JSONL file, one object per line, flushed per line: plots and `gradbox status`
-// read it; nothing is ever parsed out of logs.
+// read it; nothing is ever parsed out of logs. Every numeric field of a record is also a
+// TensorBoard scalar in an event file beside it, tagged by the record's kind (train/loss,
+// eval/val_loss, round/wait_seconds, ...) at the record's "step".
 #include <filesystem>
 #include <fstream>
+#include <memory>
 
 #include <nlohmann/json.hpp>
+
+#include "metrics/tensorboard_events.h"
 
 namespace gradbox::worker {
 
@@ -16,6 +21,10 @@ class MetricsWriter {
  private:
   std::filesystem::path path_;
   std::ofstream out_;
+  metrics::TensorBoardWriter tensorboard_;
 };
+
+// "round" for a DiLoCo round's record, "eval" for a validation loss, "train" otherwise.
+std::string record_kind(const nlohmann::json& record);
 
 }  // namespace gradbox::worker

@@ -46,7 +46,7 @@ struct Options {
   std::string preset = "gpt2";
   int64_t batch = 4, seq = 128, warmup_steps = 2, repeats = 5;
   std::string text = "/usr/share/games/fortunes";
-  std::string tokenizer_dir = std::string(GRADBOX_SHARED_DATA_DIR) + "/gpt2";
+  std::string tokenizer_dir = std::string(GRADBOX_GPT2_DIR);
   std::string dump;  // non-empty: write the gradient there and stop
 };
 

@@ -91,9 +91,9 @@ TEST(PrepareCli, ReadsStandardInput) {
 }
 
 TEST(PrepareCli, Gpt2Run) {
-  const fs::path gpt2 = fs::path(GRADBOX_SHARED_DATA_DIR) / "gpt2";
+  const fs::path gpt2 = fs::path(GRADBOX_GPT2_DIR);
   if (!fs::exists(gpt2 / "encoder.json") || !fs::exists(gpt2 / "vocab.bpe"))
-    GTEST_SKIP() << "no GPT-2 files in " << gpt2;
+    FAIL() << "no GPT-2 files in " << gpt2 << " (they ship in data/gpt2)";
   ScratchDir dir;
   testing::write_text(dir / "in.txt", corpus());
   const RunResult r = run_gradbox(

@@ -129,9 +129,9 @@ TEST(Prepare, BpeEndToEnd) {
 }
 
 TEST(Prepare, Gpt2EndToEndAndDeterministic) {
-  const fs::path gpt2 = fs::path(GRADBOX_SHARED_DATA_DIR) / "gpt2";
+  const fs::path gpt2 = fs::path(GRADBOX_GPT2_DIR);
   if (!fs::exists(gpt2 / "encoder.json") || !fs::exists(gpt2 / "vocab.bpe"))
-    GTEST_SKIP() << "no GPT-2 files in " << gpt2;
+    FAIL() << "no GPT-2 files in " << gpt2 << " (they ship in data/gpt2)";
   ScratchDir dir;
   const Corpus corpus = make_corpus();
   write_text(dir / "in.txt", corpus.file_text);
@@ -217,7 +217,7 @@ TEST(Prepare, FailureMidwayLeavesNoDataset) {
   options.out = dir / "fresh";
   options.overwrite = Overwrite::refuse;
   options.tokenizer = TokenizerChoice::gpt2;
-  const fs::path gpt2 = fs::path(GRADBOX_SHARED_DATA_DIR) / "gpt2";
+  const fs::path gpt2 = fs::path(GRADBOX_GPT2_DIR);
   if (fs::exists(gpt2 / "encoder.json")) {
     options.gpt2_dir = gpt2;
     EXPECT_THROW(prepare_dataset(options), InputError);
@@ -255,7 +255,10 @@ TEST(Prepare, RejectsBadOptionsNamingTheFlag) {
   expect_flag([](PrepareOptions& o) { o.cleaning.simhash_threshold = 9; }, "--simhash-threshold");
   expect_flag([](PrepareOptions& o) { o.val_fraction = 1.0; }, "--val-fraction");
   expect_flag([](PrepareOptions& o) { o.vocab_size = 100; }, "--vocab-size");
-  expect_flag([](PrepareOptions& o) { o.tokenizer = TokenizerChoice::gpt2; }, "--gpt2-dir");
+  expect_flag([](PrepareOptions& o) {
+    o.tokenizer = TokenizerChoice::gpt2;
+    o.gpt2_dir = "/nonexistent/gpt2";
+  }, "--gpt2-dir");
   expect_flag([](PrepareOptions& o) { o.stopwords_file = "/nonexistent/sw.txt"; }, "--stopwords");
   EXPECT_FALSE(fs::exists(dir / "out"));
 }

@@ -106,7 +106,7 @@ std::vector<int32_t> concat(std::initializer_list<std::vector<int32_t>> parts) {
 
 class Gpt2Bpe : public ::testing::Test {
  protected:
-  void SetUp() override { GB_SKIP_WITHOUT_GPT2_FILES(); }
+  void SetUp() override { GB_REQUIRE_GPT2_FILES(); }
 };
 
 TEST_F(Gpt2Bpe, KnownIdsAndMetadata) {

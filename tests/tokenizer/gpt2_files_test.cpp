@@ -132,7 +132,7 @@ TEST(LoadTokenizer, MissingOrEmptyFolder) {
 }
 
 TEST(LoadTokenizer, SaveAndSaveHfRoundTripTheOfficialFiles) {
-  GB_SKIP_WITHOUT_GPT2_FILES();
+  GB_REQUIRE_GPT2_FILES();
   TempDir dir;
   auto tok = load_tokenizer(gpt2_dir());
   ASSERT_EQ(tok->kind(), "gpt2-bpe");

@@ -12,17 +12,18 @@ namespace gradbox::tokenizer::testing {
 
 namespace fs = std::filesystem;
 
-inline fs::path gpt2_dir() { return fs::path(GRADBOX_SHARED_DATA_DIR) / "gpt2"; }
+inline fs::path gpt2_dir() { return fs::path(GRADBOX_GPT2_DIR); }
 
 inline bool have_gpt2_files() {
   return fs::is_regular_file(gpt2_dir() / "encoder.json") &&
          fs::is_regular_file(gpt2_dir() / "vocab.bpe");
 }
 
-#define GB_SKIP_WITHOUT_GPT2_FILES()                                   \
+// The files ship in data/gpt2: a clone without them is broken, so the tests fail, not skip.
+#define GB_REQUIRE_GPT2_FILES()                                   \
   if (!::gradbox::tokenizer::testing::have_gpt2_files())               \
-  GTEST_SKIP() << "GPT-2 files encoder.json + vocab.bpe not found in " \
-               << ::gradbox::tokenizer::testing::gpt2_dir() << " (see shared/data/README.md)"
+  FAIL() << "GPT-2 files encoder.json + vocab.bpe not found in "       \
+         << ::gradbox::tokenizer::testing::gpt2_dir() << " (see data/gpt2/README.md)"
 
 // A fresh folder under the system temp dir, removed with its contents at scope exit.
 class TempDir {

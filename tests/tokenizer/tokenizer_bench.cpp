@@ -1,6 +1,6 @@
 // Encode throughput on real text, off the unit-test path:
 //   tokenizer_bench FILE [THREADS] [SPM_VOCAB]
-// GPT-2 BPE (official files from GRADBOX_SHARED_DATA_DIR/gpt2) with a cold and a warm word
+// GPT-2 BPE (official files from GRADBOX_GPT2_DIR) with a cold and a warm word
 // cache, then with THREADS threads; a SentencePiece BPE of SPM_VOCAB pieces trained on FILE.
 // Every result is verified (decode(encode(x)) == x, same ids across runs) before it is printed.
 #include <barrier>
@@ -75,7 +75,7 @@ int run(int argc, char** argv) {
   std::printf("%s: %.2f MB\n", argv[1], mb);
   int failures = 0;
 
-  const fs::path gpt2 = fs::path(GRADBOX_SHARED_DATA_DIR) / "gpt2";
+  const fs::path gpt2 = fs::path(GRADBOX_GPT2_DIR);
   if (fs::is_regular_file(gpt2 / "encoder.json")) {
     auto start = Clock::now();
     auto tok = load_tokenizer(gpt2);

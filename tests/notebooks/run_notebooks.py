@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+"""Runs the Colab notebook headlessly, as users would, with Drive pointed at one local folder:
+kernels a and b found a run and train together to its last step; c joins mid-run, watches two
+rounds and leaves through the stop cell (SIGTERM); a fourth session under a's name is refused
+while a is live. Then checks what they
+left: rounds with every member, PNG plots that decode, TensorBoard scalars that TensorBoard's
+own reader loads, the export, the build cache, and departures announced in the folder.
+
+Only the platform cells (tagged "platform": mounting Drive, secrets) are skipped, through the
+notebook's ON_PLATFORM parameter. The build cell runs scripts/setup.sh for real against this
+checkout's build folder (up to date: seconds), then caches it; later kernels take the cache.
+
+    run_notebooks.py --source DIR --gradbox BIN --work DIR
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+import matplotlib.image
+import nbformat
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
+
+FORTUNES = "/usr/share/games/fortunes"
+
+
+MAX_STEPS = 120  # 30 rounds of 4 steps: c joins and leaves well inside them
+
+
+def parameters(work, worker, watch_rounds, peers):
+    return {
+        "RUN": "gradbox/run1",
+        "WORKER": worker,
+        "MODEL": "gpt2-tiny",
+        "DATASET": "fortunes",
+        "TEXT": os.path.join(work, "text"),
+        "TOKENIZER": "gpt2",
+        "MODE": "diloco",
+        "CODEC": "int8",
+        "INNER_STEPS": 4,
+        "MAX_STEPS": MAX_STEPS,
+        "MICRO_BATCH": 4,
+        "EXTRA_ARGS": ["--block-size", "64", "--threads", "1", "--peers", peers, "--checkpoint-interval", "8",
+                       "--eval-interval", "0", "--log-interval", "4", "--heartbeat-interval", "2",
+                       "--lr", "3e-3", "--warmup-steps", "2"],
+        "WATCH_ROUNDS": watch_rounds,
+        "WATCH_HOURS": 0.25,
+        "REFRESH_SECONDS": 2,
+        "ON_PLATFORM": False,
+        "SHARED_ROOT": os.path.join(work, "drive"),
+        "SOURCE_DIR": ARGS.source,
+        "LOCAL_DIR": os.path.join(work, "local-" + worker),
+    }
+
+
+def notebook_with(params):
+    nb = nbformat.read(os.path.join(ARGS.source, "notebooks", "colab_worker.ipynb"), as_version=4)
+    nbformat.validate(nb)
+    at = next(i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", []))
+    overrides = "\n".join(f"{k} = {v!r}" for k, v in params.items())
+    nb.cells.insert(at + 1, nbformat.v4.new_code_cell(overrides, metadata={"tags": ["injected-parameters"]}))
+    return nb
+
+
+class Kernel(threading.Thread):
+    """One notebook session, executed cell by cell in a thread of its own."""
+
+    def __init__(self, name, params, expect_error=None):
+        super().__init__(name=name)
+        self.nb = notebook_with(params)
+        self.expect_error = expect_error
+        self.error = None
+        self.done_cells = []
+
+    def run(self):
+        client = NotebookClient(self.nb, timeout=900, kernel_name="python3",
+                                resources={"metadata": {"path": ARGS.work}})
+        try:
+            client.execute()
+        except CellExecutionError as e:
+            self.error = e
+        except Exception as e:  # a kernel that died, a timeout
+            self.error = e
+
+    def output(self, cell_source_start):
+        for cell in self.nb.cells:
+            if cell.cell_type == "code" and cell.source.lstrip().startswith(cell_source_start):
+                return "".join(o.get("text", "") + json.dumps(o.get("data", {}).get("text/plain", ""))
+                               for o in cell.get("outputs", []))
+        return ""
+
+
+def rounds(work, worker):
+    path = os.path.join(work, "local-" + worker, "out", "metrics.jsonl")
+    if not os.path.exists(path):
+        return []
+    out = []
+    with open(path) as f:
+        for line in f:
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if "round" in r:
+                out.append(r)
+    return out
+
+
+def wait_for(what, predicate, timeout_s):
+    deadline = time.time() + timeout_s
+    while not predicate():
+        if time.time() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(1)
+
+
+def check(condition, message):
+    if not condition:
+        raise AssertionError(message)
+
+
+def main():
+    work = ARGS.work
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(os.path.join(work, "text"))
+    for name in ("computers", "science", "wisdom"):
+        shutil.copy(os.path.join(FORTUNES, name), os.path.join(work, "text", name))
+
+    gen = subprocess.run([sys.executable, os.path.join(ARGS.source, "notebooks", "make_notebooks.py"), "--check"],
+                         capture_output=True, text=True)
+    check(gen.returncode == 0, f"the committed notebooks are not what make_notebooks.py writes: {gen.stderr}")
+    for name in ("colab_worker.ipynb", "kaggle_worker.ipynb"):
+        nbformat.validate(nbformat.read(os.path.join(ARGS.source, "notebooks", name), as_version=4))
+
+    a = Kernel("a", parameters(work, "a", 0, "a,b"))
+    a.start()
+    cache = os.path.join(work, "drive", "gradbox", "build-cache")
+    # b after a's build is cached (two builds of one build folder at once would collide).
+    wait_for("a's build in the cache", lambda: os.path.isdir(cache) and any(f.endswith(".tar") for f in os.listdir(cache)), 600)
+    b = Kernel("b", parameters(work, "b", 0, "a,b"))
+    b.start()
+    wait_for("two rounds of a", lambda: len(rounds(work, "a")) >= 2 or not a.is_alive(), 600)
+    c = Kernel("c", parameters(work, "c", 2, "a,b"))
+    c.start()
+    twin = Kernel("a-again", dict(parameters(work, "a", 1, "a,b"), LOCAL_DIR=os.path.join(work, "local-twin")))
+    twin.start()
+    for k in (a, b, c, twin):
+        k.join()
+
+    check(twin.error is not None and "--worker a" in str(twin.error) and "another session" in str(twin.error),
+          f"a second session named a was not refused with a message naming it: {twin.error}")
+    for k in (a, b, c):
+        check(k.error is None, f"kernel {k.name} failed: {k.error}")
+        check(f"worker {k.name} stopped (exit 0)" in k.output("# Leave cleanly"), f"{k.name}: the stop cell did not leave cleanly")
+    check("from the cache" in b.output("# Build gradbox"), "b did not take the build from the cache")
+
+    ra, rb, rc = rounds(work, "a"), rounds(work, "b"), rounds(work, "c")
+    last = MAX_STEPS // 4
+    check(ra and rb and ra[-1]["round"] == last and rb[-1]["round"] == last and len(rc) >= 2,
+          f"rounds: a {len(ra)}, b {len(rb)}, c {len(rc)}")
+    check(any(r["contributors"] == 2 for r in ra), "a and b never averaged a round together")
+    check(any(r["contributors"] == 3 for r in ra + rc), "c never contributed to a round with a and b")
+    by_round = {}
+    for r in ra + rb + rc:
+        by_round.setdefault(r["round"], set()).add(r["round_loss"])
+    check(all(len(losses) == 1 for losses in by_round.values()), "replicas disagree on a round's loss")
+
+    for worker in ("a", "b", "c"):
+        loss_png = os.path.join(work, "local-" + worker, "plots", "loss.png")
+        check(os.path.getsize(loss_png) > 10_000, f"{loss_png}: too small")
+        image = matplotlib.image.imread(loss_png)
+        check(image.shape[0] >= 300 and image.shape[1] >= 600, f"{loss_png}: {image.shape}")
+
+    export = os.path.join(work, "drive", "gradbox", "exports", "a")
+    check(os.path.isfile(os.path.join(export, "config.json")) and os.path.isfile(os.path.join(export, "model.safetensors")),
+          f"{export}: no Hugging Face folder")
+    check(len(a.output("# Text from the newest checkpoint").strip()) > 0, "the sample cell printed nothing")
+
+    status = subprocess.run([ARGS.gradbox, "status", "--shared", os.path.join(work, "drive", "gradbox", "run1")],
+                            capture_output=True, text=True).stdout
+    for worker in ("a", "b", "c"):
+        line = next((l for l in status.splitlines() if l.split()[:1] == [worker]), "")
+        check(" left" in line, f"{worker} did not announce its departure:\n{status}")
+    print(f"notebooks: a {len(ra)} rounds, b {len(rb)}, c {len(rc)} (joined mid-run); twin refused; plots, export,"
+          " cache and departures checked")
+    for k in (a, b, c):  # the setup times README quotes
+        ready = [l for l in k.output("# Build gradbox").splitlines() if "gradbox ready" in l]
+        print(f"{k.name}: {ready[0] if ready else '?'}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--source", required=True)
+    parser.add_argument("--gradbox", required=True)
+    parser.add_argument("--work", required=True)
+    ARGS = parser.parse_args()
+    if not os.path.isdir(FORTUNES):
+        sys.exit(f"{FORTUNES}: Debian's fortunes package is not installed (scripts/setup.sh installs it)")
+    main()
