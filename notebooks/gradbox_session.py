@@ -140,7 +140,8 @@ def install_build(session, jobs=2):
     key = build_key(session)
     cached = session._storage_path("build-cache", key + ".tar")
     os.makedirs(session.bin_dir, exist_ok=True)
-    if storage_exists(cached) and _unpack_build(session, cached):
+    # A cached build still links the image's shared libraries (SentencePiece, spdlog, Boost, ...).
+    if storage_exists(cached) and _install_packages(session) and _unpack_build(session, cached):
         log(f"build {key}: from the cache in {time.time() - started:.0f} s")
         return "cache"
     log(f"build {key}: not cached; building (about 20 minutes on 2 cores the first time)")
@@ -185,6 +186,14 @@ def _run_with_progress(argv, cwd, env, log_path, every_s=15):
                 log(f"build {done}/{total} ({100 * done // total}%), {elapsed / 60:.1f} min so far, ~{eta / 60:.0f} min left")
                 last_print = time.time()
         return proc.wait()
+
+
+def _install_packages(session):
+    result = subprocess.run(["bash", "scripts/setup.sh", "--packages-only"], cwd=session.source_dir,
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"installing the Debian packages failed:\n{result.stdout}{result.stderr}")
+    return True
 
 
 def _sha256(path):
@@ -306,8 +315,9 @@ def metrics(session):
     return records
 
 
-def rounds_applied(session):
-    return sum(1 for r in metrics(session) if "round" in r)
+def rounds_trained(session):
+    """Rounds this worker computed in (a joiner first replays rounds it was not part of)."""
+    return sum(1 for r in metrics(session) if "round" in r and r.get("inner_steps", 0) > 0)
 
 
 def status(session):

@@ -41,13 +41,14 @@ MODEL = "gpt2-small"         # a preset (gpt2-tiny, gpt2-small, gpt2-medium, gpt
 DATASET = "shakespeare"      # a prepared dataset in <storage>/datasets, copied to this session's disk once
 TEXT = ""                    # a text file or folder to prepare DATASET from when it is not there yet
 TOKENIZER = "gpt2"           # gpt2 (shipped with gradbox) or bpe (trained on TEXT)
+PREPARE_ARGS = []            # more `gradbox prepare` flags: cleaning, --format, --vocab-size, ...
 MODE = "diloco"              # diloco (rounds of INNER_STEPS local steps) or per-step (every step averaged)
 CODEC = "int8"               # fp16, bf16, int8 or int4: what a round's files carry
 INNER_STEPS = 100            # DiLoCo: local steps per round
 MAX_STEPS = 20000
 MICRO_BATCH = 8
 EXTRA_ARGS = []              # more `gradbox train` flags, e.g. ["--round-seconds", "1800"]
-WATCH_ROUNDS = 0             # the progress cell returns after this many rounds (0: when the worker ends)
+WATCH_ROUNDS = 0             # the progress cell returns after this many rounds trained (0: when the worker ends)
 WATCH_HOURS = 12
 REFRESH_SECONDS = 15
 GRADBOX_REPO = "https://github.com/gradbox/gradbox.git"
@@ -129,7 +130,7 @@ print(f"gradbox ready ({how}) in {time.time() - started:.0f} s")
 
 DATA = """
 # The dataset: copied from the shared storage once, or prepared here from TEXT and published.
-prepare_args = ["--tokenizer", TOKENIZER] + (["--vocab-size", "8192"] if TOKENIZER == "bpe" else [])
+prepare_args = ["--tokenizer", TOKENIZER] + list(PREPARE_ARGS)
 data_dir = gb.fetch_data(session, DATASET, TEXT, prepare_args)
 """
 
@@ -149,7 +150,7 @@ for s in sessions:
 WATCH = """
 # Progress: the worker's last lines, the cluster (gradbox status) and the loss, refreshed.
 # Interrupting this cell does not stop the worker; the stop cell does.
-until = (lambda s: gb.rounds_applied(s) >= WATCH_ROUNDS) if WATCH_ROUNDS else None
+until = (lambda s: gb.rounds_trained(s) >= WATCH_ROUNDS) if WATCH_ROUNDS else None
 plots = gb.watch(sessions[0], until=until, timeout_s=WATCH_HOURS * 3600, refresh_s=REFRESH_SECONDS)
 print("\\n".join(plots))
 """

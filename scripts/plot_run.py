@@ -114,7 +114,8 @@ def main():
                 ys.append(r[key])
         return xs, ys
 
-    is_train = lambda r: "loss" in r and "round" not in r
+    # Steps a joiner replays from the folder carry no loss of its own (null): not plotted.
+    is_train = lambda r: r.get("loss") is not None and "round" not in r
 
     fig, ax = plt.subplots(figsize=(8, 4.5))
     any_loss = False

@@ -6,17 +6,20 @@
 #   scripts/setup.sh                       the development machine: a .venv with pinned torch, all tests
 #   scripts/setup.sh --python python3 --no-tests
 #                                          a notebook session: the torch that image already has (any
-#                                          version from kMinTorch on), only the two executables
+#                                          version from MIN_TORCH on), only the two executables
+#   scripts/setup.sh --packages-only       the Debian packages a cached build needs to run, nothing else
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PYTHON=""     # empty: make .venv with PIP_PACKAGES
 TESTS=1
+PACKAGES_ONLY=0
 while (($#)); do
   case $1 in
     --python) PYTHON=$2; shift 2 ;;
     --no-tests) TESTS=0; shift ;;
-    *) echo "setup: unknown option $1 (--python PATH, --no-tests)" >&2; exit 2 ;;
+    --packages-only) PACKAGES_ONLY=1; TESTS=0; shift ;;
+    *) echo "setup: unknown option $1 (--python PATH, --no-tests, --packages-only)" >&2; exit 2 ;;
   esac
 done
 
@@ -46,6 +49,7 @@ if ((${#missing[@]})); then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+((PACKAGES_ONLY)) && exit 0
 
 if [ -z "$PYTHON" ]; then
   if [ ! -x .venv/bin/python ] ||

@@ -92,6 +92,13 @@ void clean_inputs(const std::vector<fs::path>& files, const PrepareOptions& opti
                   TextCleaner& cleaner, const log::Logger& log, Fn&& kept) {
   const Clock::time_point start = Clock::now();
   Clock::time_point last_log = start;
+  // The ETA takes document bytes for file bytes (markup and compression make it approximate).
+  int64_t input_bytes = 0;
+  for (const fs::path& file : files) {
+    std::error_code ec;
+    const auto size = fs::file_size(file, ec);
+    if (!ec) input_bytes += static_cast<int64_t>(size);
+  }
   Document doc;
   int64_t count = 0;
   for (size_t i = 0; i < files.size(); ++i) {
@@ -102,9 +109,12 @@ void clean_inputs(const std::vector<fs::path>& files, const PrepareOptions& opti
       if (++count % 4096 == 0 && Clock::now() - last_log > std::chrono::seconds(10)) {
         last_log = Clock::now();
         const CleaningReport& r = cleaner.report();
-        log.info(str("file ", i + 1, "/", files.size(), ": read ", r.total_docs(), " docs, ",
-                     mb(r.total_bytes()), " (", mb_per_s(r.total_bytes(), seconds_since(start)),
-                     "), kept ", r.docs_of(Verdict::kept)));
+        const double seconds = seconds_since(start);
+        const double left = static_cast<double>(std::max<int64_t>(0, input_bytes - r.total_bytes()));
+        const int64_t eta_s = static_cast<int64_t>(left * seconds / std::max<double>(1.0, static_cast<double>(r.total_bytes())));
+        log.info(str("file ", i + 1, "/", files.size(), ": read ", r.total_docs(), " docs, ", mb(r.total_bytes()), " of ~",
+                     mb(input_bytes), " (", mb_per_s(r.total_bytes(), seconds), "), kept ", r.docs_of(Verdict::kept),
+                     ", ETA ~", eta_s, " s"));
       }
     }
   }

@@ -90,12 +90,12 @@ class Kernel(threading.Thread):
     def output(self, cell_source_start):
         for cell in self.nb.cells:
             if cell.cell_type == "code" and cell.source.lstrip().startswith(cell_source_start):
-                return "".join(o.get("text", "") + json.dumps(o.get("data", {}).get("text/plain", ""))
+                return "".join(o.get("text", "") + o.get("data", {}).get("text/plain", "")
                                for o in cell.get("outputs", []))
         return ""
 
 
-def rounds(work, worker):
+def rounds(work, worker):  # every round record: replayed ones too
     path = os.path.join(work, "local-" + worker, "out", "metrics.jsonl")
     if not os.path.exists(path):
         return []
@@ -161,8 +161,9 @@ def main():
 
     ra, rb, rc = rounds(work, "a"), rounds(work, "b"), rounds(work, "c")
     last = MAX_STEPS // 4
-    check(ra and rb and ra[-1]["round"] == last and rb[-1]["round"] == last and len(rc) >= 2,
-          f"rounds: a {len(ra)}, b {len(rb)}, c {len(rc)}")
+    c_trained = sum(1 for r in rc if r["inner_steps"] > 0)
+    check(ra and rb and ra[-1]["round"] == last and rb[-1]["round"] == last and c_trained >= 2,
+          f"rounds: a {len(ra)}, b {len(rb)}, c {len(rc)} ({c_trained} trained)")
     check(any(r["contributors"] == 2 for r in ra), "a and b never averaged a round together")
     check(any(r["contributors"] == 3 for r in ra + rc), "c never contributed to a round with a and b")
     by_round = {}
@@ -186,7 +187,7 @@ def main():
     for worker in ("a", "b", "c"):
         line = next((l for l in status.splitlines() if l.split()[:1] == [worker]), "")
         check(" left" in line, f"{worker} did not announce its departure:\n{status}")
-    print(f"notebooks: a {len(ra)} rounds, b {len(rb)}, c {len(rc)} (joined mid-run); twin refused; plots, export,"
+    print(f"notebooks: a {len(ra)} rounds, b {len(rb)}, c {len(rc)} (joined mid-run, trained {c_trained}); twin refused; plots, export,"
           " cache and departures checked")
     for k in (a, b, c):  # the setup times README quotes
         ready = [l for l in k.output("# Build gradbox").splitlines() if "gradbox ready" in l]
