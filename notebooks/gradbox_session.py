@@ -283,7 +283,8 @@ def start_worker(session, data, train_args=(), settle_seconds=20.0):
         session.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env)
     deadline = time.time() + settle_seconds
     while time.time() < deadline and session.process.poll() is None:
-        if "joined" in tail(session, 200) or "training on" in tail(session, 200):
+        recent = tail(session, 200)
+        if "joined" in recent or "training on" in recent:
             break
         time.sleep(0.5)
     code = session.process.poll()

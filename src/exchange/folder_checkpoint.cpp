@@ -28,7 +28,6 @@ namespace fs = std::filesystem;
 // a checkpoint that verify_checkpoint() accepts.
 constexpr const char* kCheckpointFiles[] = {"model.safetensors", "optimizer.safetensors", "state.json", "manifest.json"};
 constexpr const char* kCheckpointsDir = "checkpoints";
-constexpr const char* kManifestName = kCheckpointManifestName;
 // The syncer fetches these on demand only (Note [The syncer contract]).
 constexpr std::string_view kPartPrefix = mirror::kCheckpointPartPrefix;
 
@@ -201,10 +200,10 @@ bool same_part(const std::string& bytes, const std::string& origin, const wire::
 // deleted the shared copy), so that a crash in between leaves the manifest for a later prune to
 // find the rest by. Once nothing is left, withdrawing the folder also tidies it away.
 void withdraw_published(mirror::Mirror& mirror, const std::string& dir_rel) {
-  const std::string manifest_rel = join(dir_rel, kManifestName);
+  const std::string manifest_rel = join(dir_rel, kCheckpointManifestName);
   std::set<std::string> parts;  // every part that may still be in the shared folder
   for (const std::string& name : mirror.list_published(dir_rel)) {
-    if (name == kManifestName) continue;
+    if (name == kCheckpointManifestName) continue;
     mirror.withdraw(join(dir_rel, name));
     parts.insert(name);
   }
@@ -253,7 +252,7 @@ void CheckpointPublisher::start(const fs::path& local_checkpoint, uint64_t step,
   GB_CHECK(is_plain_name(publisher), "publisher '", publisher, "' is not a plain name");
   auto pending = std::make_unique<Pending>();
   pending->dir_rel = folder_checkpoint_dir(step, epoch, publisher);
-  if (mirror_->published(join(pending->dir_rel, kManifestName))) {
+  if (mirror_->published(join(pending->dir_rel, kCheckpointManifestName))) {
     logger().info(str(pending->dir_rel, " is already published"));
     return;
   }
@@ -332,7 +331,7 @@ bool CheckpointPublisher::poll() {
   wire::FileHeader header = new_header(identity_, *clock_);
   *header.mutable_checkpoint_manifest() = manifest;
   header.mutable_checkpoint_manifest()->set_created_unix_ms(header.created_unix_ms());
-  mirror_->publish(join(pending_->dir_rel, kManifestName), wire::frame(std::move(header), ""));
+  mirror_->publish(join(pending_->dir_rel, kCheckpointManifestName), wire::frame(std::move(header), ""));
   uint64_t bytes = 0;
   for (const wire::CheckpointFile& f : manifest.files()) bytes += f.bytes();
   logger().info(str("published ", pending_->dir_rel, " (", manifest.parts_size(), " parts, ", bytes, " bytes)"));
@@ -354,7 +353,7 @@ std::vector<FolderCheckpoint> list_folder_checkpoints(mirror::Mirror& mirror, co
   for (const std::string& name : mirror.list_dirs(kCheckpointsDir)) {
     if (!parse_dir_name(name)) continue;
     const std::string dir_rel = join(kCheckpointsDir, name);
-    const std::string manifest_rel = join(dir_rel, kManifestName);
+    const std::string manifest_rel = join(dir_rel, kCheckpointManifestName);
     // Our own is published whole (atomically), and wins; a peer's counts once the syncer has
     // verified it whole.
     bool own = true;
@@ -407,7 +406,7 @@ std::vector<FolderCheckpoint> list_folder_checkpoints(mirror::Mirror& mirror, co
 bool fetch_folder_checkpoint(mirror::Mirror& mirror, const FolderCheckpoint& checkpoint, const FileIdentity& identity,
                              const fs::path& target_dir) {
   const Source source{mirror, checkpoint.own};
-  const std::string manifest_rel = join(checkpoint.dir_rel, kManifestName);
+  const std::string manifest_rel = join(checkpoint.dir_rel, kCheckpointManifestName);
   wire::FileHeader header;
   try {
     header = parse_manifest(source.read_or_throw(manifest_rel), mirror.where(manifest_rel), checkpoint.dir_rel, identity);

@@ -3,16 +3,20 @@
 #include "common/error.h"
 
 namespace gradbox::worker {
+namespace {
 
-MetricsWriter::MetricsWriter(const std::filesystem::path& path)
-    : path_(path), out_(path, std::ios::app), tensorboard_(path.parent_path()) {
-  GB_REQUIRE(out_.good(), path.string(), ": cannot open metrics file for appending");
-}
-
+// "round" for a DiLoCo round's record, "eval" for a validation loss, "train" otherwise.
 std::string record_kind(const nlohmann::json& record) {
   if (record.contains("round")) return "round";
   if (record.contains("val_loss")) return "eval";
   return "train";
+}
+
+}  // namespace
+
+MetricsWriter::MetricsWriter(const std::filesystem::path& path)
+    : path_(path), out_(path, std::ios::app), tensorboard_(path.parent_path()) {
+  GB_REQUIRE(out_.good(), path.string(), ": cannot open metrics file for appending");
 }
 
 void MetricsWriter::write(const nlohmann::json& record) {

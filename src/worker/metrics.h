@@ -24,7 +24,4 @@ class MetricsWriter {
   metrics::TensorBoardWriter tensorboard_;
 };
 
-// "round" for a DiLoCo round's record, "eval" for a validation loss, "train" otherwise.
-std::string record_kind(const nlohmann::json& record);
-
 }  // namespace gradbox::worker
