@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "exchange/folder_exchange.h"
+#include "transport/network_exchange.h"
 #include "mirror/sync_contract.h"
 #include "worker/sidecar.h"
 #include "worker/trainer.h"
@@ -91,6 +92,13 @@ struct SharedFlags {
   std::string sync_backend = "mounted";
   std::string sync_args;        // extra gradbox-sync flags, space-separated (simulator settings)
   bool overlap = false;
+  std::string transport = "folder";
+  std::string c10d_backend = "auto";
+  std::string c10d_interface;
+  double c10d_timeout = 60;
+  double c10d_regroup_window = 120;
+  double c10d_stale_after = 5;
+  double c10d_join_window = 300;
 };
 
 std::vector<std::string> split(const std::string& text, char sep) {
@@ -141,6 +149,24 @@ void add_shared_flags(CLI::App* cmd, SharedFlags& f) {
       ->capture_default_str();
   cmd->add_option("--sync-args", f.sync_args, "Extra gradbox-sync flags, space-separated (e.g. simulator settings)");
   cmd->add_flag("--overlap", f.overlap, "Exchange round r while step r+1 computes (one-step-delayed update)");
+  cmd->add_option("--transport", f.transport,
+                  "folder (files through the shared folder) or c10d (Gloo/NCCL over a network the workers share; "
+                  "the shared folder holds only the group's store)")
+      ->capture_default_str();
+  cmd->add_option("--c10d-backend", f.c10d_backend, "auto (nccl on CUDA, gloo on CPU), gloo or nccl")->capture_default_str();
+  cmd->add_option("--c10d-interface", f.c10d_interface,
+                  "Gloo's network interface (eth0, lo; default: the address of this machine's hostname)");
+  cmd->add_option("--c10d-timeout", f.c10d_timeout,
+                  "Seconds a collective may wait for a silent peer before the group is re-formed without it")
+      ->capture_default_str();
+  cmd->add_option("--c10d-stale-after", f.c10d_stale_after,
+                  "Seconds without a heartbeat after which a member that is not in a collective is given up")
+      ->capture_default_str();
+  cmd->add_option("--c10d-regroup-window", f.c10d_regroup_window,
+                  "After a failure: the longest the first survivor waits for a live member to enter the next group epoch")
+      ->capture_default_str();
+  cmd->add_option("--c10d-join-window", f.c10d_join_window, "Seconds the founders wait for each other at the start")
+      ->capture_default_str();
   for (CLI::Option* option : cmd->get_options())  // like the train flags: the last value wins
     if (option->get_expected_min() > 0) take_last(option);
 }
@@ -188,6 +214,32 @@ exchange::FolderExchangeConfig exchange_config(const SharedFlags& f, const worke
   return c;
 }
 
+// Note [Network transport] in transport/network_exchange.h: the group's store lives in the
+// shared folder, which must then be a file system every member can lock (one machine, NFS).
+std::unique_ptr<exchange::GradientExchange> network_exchange(const SharedFlags& f, const std::string& run_id,
+                                                             bool cuda) {
+  GB_REQUIRE(f.sync_backend != "rclone", "--transport c10d: the shared folder must be a mounted file system every "
+             "member can lock, not an rclone remote");
+  GB_REQUIRE(!f.overlap, "--overlap: not with --transport c10d yet");
+  transport::NetworkExchangeConfig c;
+  c.run_id = run_id;
+  c.worker = f.worker;
+  c.founders = split(f.peers, ',');
+  c.store_path = std::filesystem::path(f.shared) / "c10d" / (run_id + ".store");
+  c.backend = f.c10d_backend == "auto" ? (cuda ? transport::NetworkBackend::nccl : transport::NetworkBackend::gloo)
+                                       : transport::parse_network_backend(f.c10d_backend, "--c10d-backend");
+  GB_REQUIRE(cuda || c.backend == transport::NetworkBackend::gloo, "--c10d-backend nccl: needs --device cuda");
+  c.interface = f.c10d_interface;
+  GB_REQUIRE(f.c10d_timeout > 0, "--c10d-timeout ", f.c10d_timeout, ": must be positive");
+  c.timeout_s = f.c10d_timeout;
+  c.regroup_window_s = f.c10d_regroup_window;
+  GB_REQUIRE(f.c10d_stale_after >= 1, "--c10d-stale-after ", f.c10d_stale_after,
+             ": at least 1 (heartbeats come every 0.5 s)");
+  c.stale_after_s = f.c10d_stale_after;
+  c.join_window_s = f.c10d_join_window;
+  return std::make_unique<transport::NetworkExchange>(std::move(c), mirror::system_clock());
+}
+
 std::unique_ptr<worker::Sidecar> start_syncer(const SharedFlags& f, const std::filesystem::path& local,
                                               exchange::ExchangePattern pattern) {
   GB_REQUIRE(f.syncer == "auto" || f.syncer == "none", "--syncer ", f.syncer, ": auto or none");
@@ -224,6 +276,8 @@ void group_train_flags(CLI::App* cmd) {
       {"Many workers: a shared folder",
        {"--shared", "--local", "--worker", "--peers", "--run-id", "--exchange", "--codec", "--zstd-level", "--shards",
         "--overlap"}},
+      {"Network transport", {"--transport", "--c10d-backend", "--c10d-interface", "--c10d-timeout",
+                             "--c10d-stale-after", "--c10d-regroup-window", "--c10d-join-window"}},
       {"Synchronisation: per-step gradients or DiLoCo rounds",
        {"--sync", "--inner-steps", "--outer-lr", "--inner-lr-scale", "--outer-momentum", "--sync-warmup-steps",
         "--round-seconds", "--fragments", "--overlap-steps"}},
@@ -340,13 +394,19 @@ void add_train_command(CLI::App& app) {
                    ": the parent folder ", run_folder.parent_path().string(), " does not exist (is the drive mounted?)");
         std::filesystem::create_directories(run_folder);
       }
-      syncer = start_syncer(*shared, local, pattern);
+      GB_REQUIRE(shared->transport == "folder" || shared->transport == "c10d", "--transport ", shared->transport,
+                 ": folder or c10d");
+      if (shared->transport == "c10d") {
+        trainer.join_run(network_exchange(*shared, exchange.run_id, trainer.runtime().device.is_cuda()), false);
+      }
+      if (shared->transport == "folder") syncer = start_syncer(*shared, local, pattern);
       worker::Sidecar* sidecar = syncer.get();
       exchange.check_alive = [sidecar, local] {
         if (sidecar && !sidecar->running())
           throw std::runtime_error(str("the syncer (gradbox-sync) exited; see ", (local / mirror::kSyncerLogFile).string()));
       };
-      trainer.join_run(exchange::make_folder_exchange(std::move(exchange)), shared->overlap);
+      if (shared->transport == "folder")
+        trainer.join_run(exchange::make_folder_exchange(std::move(exchange)), shared->overlap);
     }
     std::signal(SIGINT, on_stop_signal);
     std::signal(SIGTERM, on_stop_signal);

@@ -2,9 +2,11 @@
 // What the training loop needs from its peers, and nothing more: "here is my vector over
 // T tokens; give me back the agreed, token-weighted average of this round". The one averaging
 // interface: per-step training averages gradients through it, DiLoCo rounds average model
-// deltas (Note [DiLoCo rounds] in worker/outer_optimizer.h), and the folder exchange (files in a shared folder) and the NCCL/Gloo fast path
-// implement it. Rounds are numbered by the caller, one per call of all_reduce. No LibTorch and
-// no protobuf here: the trainer includes this from torch translation units.
+// deltas (Note [DiLoCo rounds] in worker/outer_optimizer.h), and both transports implement it:
+// the folder exchange (files in a shared folder) and the network transport (c10d's Gloo/NCCL;
+// transport/network_exchange.h). Rounds are numbered by the caller, one per call of
+// all_reduce. No LibTorch and no protobuf here: the trainer includes this from torch
+// translation units.
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -65,6 +67,10 @@ class GradientExchange {
   // round before's agreement: how long ago the round opened, so that its box closes with the
   // others'; 0 otherwise.
   virtual double round_age_s(uint64_t round) const { return 0; }
+  // Once, after join, with this replica's starting parameters (its round, and params[0, n)):
+  // an exchange that has no folder checkpoint to start everyone from (the network transport)
+  // overwrites them with its first member's, so that every replica starts from the same bytes.
+  virtual void agree_initial_state(uint64_t round, float* params, size_t n) {}
   // grad[0, n) holds this worker's mean gradient over `mine.tokens` tokens; on return it holds
   // the average every live replica applies for `round` (identical bytes on every replica).
   virtual RoundResult all_reduce(uint64_t round, float* grad, size_t n, const LocalContribution& mine) = 0;

@@ -401,6 +401,13 @@ void Trainer::join_run(std::unique_ptr<exchange::GradientExchange> exchange, boo
   const exchange::JoinPlan plan = exchange->join(config_.out_dir, resumed_ ? round_ : -1);
   if (plan.checkpoint) adopt_fetched(*plan.checkpoint);
   attach_exchange(std::move(exchange), overlap);
+  {
+    torch::NoGradGuard no_grad;
+    torch::Tensor params = flat_->params().to(torch::kCPU).contiguous();
+    exchange_->agree_initial_state(static_cast<uint64_t>(round_), params.data_ptr<float>(),
+                                   static_cast<size_t>(params.numel()));
+    if (!params.is_same(flat_->params())) flat_->params().copy_(params);
+  }
   if (plan.founder && !plan.checkpoint && step_ == 0) checkpoint_now();
 }
 

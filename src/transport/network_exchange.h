@@ -1,0 +1,143 @@
+#pragma once
+// Note [Network transport]
+// When workers share a network (one machine's GPUs, a lab, a cloud pool), the bytes of every
+// round go through LibTorch's c10d collectives (Gloo on CPU, NCCL on CUDA) and the shared
+// folder only holds the agreement on who is in the group: a c10d FileStore at
+// <shared>/c10d/<run>.store, formed in epochs (Note [Group epochs] in group_epochs.h).
+//
+// A round, on every member of the epoch's group:
+//   1. header:  sum of [tokens, tokens * loss, overflow]     (a tiny all-reduce)
+//   2. data:    sum of w_i * g_i, w_i = contribution_weight(t_i, T), in the caller's buffer,
+//               in buckets all-reduced back to back while the next is scaled (each bucket's
+//               input is kept first, for a round that must be redone)
+//   3. ack:     a tiny all-reduce; whoever completes it knows every member has the data.
+// The weights are the folder transport's (gradient_exchange.h) and only the order of the fp32
+// sums differs, so the two transports agree to rounding; every rank receives the same reduced
+// bytes, so replicas stay identical.
+//
+// Members arrive at each round at different times (a slower GPU, a DiLoCo round of many inner
+// steps), so the collectives do not wait for them: each round first passes an arrival barrier
+// in the store, and only then runs collectives, under a timeout (--c10d-timeout) that needs to
+// cover only their bytes. While it waits at the barrier, a member watches the others'
+// heartbeats (a thread of each worker bumps <run>/beat/<worker> twice a second).
+//
+// A peer that dies closes its sockets: a collective in flight fails at once on its neighbours,
+// and they drop the group, which fails it on everyone else. A peer that hangs or dies between
+// collectives stops beating and is given up after --c10d-stale-after; one that hangs inside a
+// collective, after --c10d-timeout. Nobody restarts: the survivors form the next epoch, the
+// registrar waiting for every previous member that still beats (Note [Group epochs]; a member
+// busy with inner steps sees the new epoch between two of them and enters it), and, as the new
+// group's first collective, they reconcile the round in flight. Each reports the round it is in (q) and whether
+// it holds that round's data. A member is one round ahead only if it completed the ack of the
+// round before, which needs every member's data; so:
+//   - everyone in q and everyone holds q's data: apply q (all have the same bytes);
+//   - everyone in q, someone without q's data: redo q in the new group from the kept inputs
+//     (nobody applied q: nobody passed its ack);
+//   - some in q, some in q + 1: those in q hold q's data and apply it; those in q + 1 redo it.
+// Rounds further apart cannot happen (asserted). The dead worker's contribution to q counts
+// when q completes from held data, and not when q is redone; either way every replica applies
+// the same thing.
+// Torch-free header and protocol; the c10d parts are NetworkGroup and C10dFileStore.
+#include <condition_variable>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <string>
+#include <vector>
+
+#include "exchange/gradient_exchange.h"
+#include "mirror/clock.h"
+#include "transport/network_group.h"
+
+namespace gradbox::transport {
+
+struct NetworkExchangeConfig {
+  std::string run_id;
+  std::string worker;
+  std::vector<std::string> founders;  // the first epoch's expected members (sorted here)
+  std::filesystem::path store_path;   // the c10d FileStore every member can lock
+  NetworkBackend backend = NetworkBackend::gloo;
+  std::string interface;              // Gloo's network interface; empty: the hostname's address
+  double timeout_s = 60;              // a collective (and a peer that hangs in it)
+  double join_window_s = 300;         // epoch 0: how long the founders wait for each other
+  double regroup_window_s = 120;      // after a failure: the longest survivors wait for a live member
+  double stale_after_s = 5;           // a member whose heartbeat has not moved for this long is gone
+  double beat_interval_s = 0.5;
+  size_t bucket_floats = 4u << 20;
+  // Tests only: called at each stage of a round ("arrive", "header", "data", "ack"), before it runs.
+  std::function<void(const char* stage, uint64_t round)> before_stage;
+};
+
+struct NetworkStats {
+  uint64_t epochs_formed = 0;
+  uint64_t rounds = 0;
+  uint64_t rounds_completed_from_held_data = 0;  // reconciled: applied what the failed group delivered
+  uint64_t rounds_redone = 0;                    // reconciled: all-reduced again in the new group
+  double seconds_regrouping = 0;
+};
+
+class NetworkExchange final : public exchange::GradientExchange {
+ public:
+  NetworkExchange(NetworkExchangeConfig config, mirror::Clock& clock);
+  ~NetworkExchange() override;
+
+  exchange::JoinPlan join(const std::filesystem::path& run_dir, int64_t local_step) override;
+  void agree_initial_state(uint64_t round, float* params, size_t n) override;
+  exchange::RoundResult all_reduce(uint64_t round, float* grad, size_t n,
+                                   const exchange::LocalContribution& mine) override;
+  void between_rounds(uint64_t step) override;
+  bool final_check(uint64_t round, const float* params, size_t n) override;
+  void leave() override;
+  std::string describe() const override;
+
+  const NetworkStats& stats() const { return stats_; }
+  const std::vector<std::string>& members() const { return members_; }
+
+ private:
+  void form_epoch(const std::vector<std::string>& expected, double window_s, bool wait_for_silent);
+  // Waits until every member of the epoch has arrived at `tag` (keys in the store); throws
+  // GroupFailure when one stops beating or the group has already moved to the next epoch.
+  void arrive(const std::string& tag);
+  bool alive(const std::string& worker);
+  bool next_epoch_started();
+  void beat_until_stopped();
+  void drop_group(const std::string& why);
+  // The new group's first collective after a failure (see the Note); true when round q is
+  // settled from held data (the caller returns it), false when it must be all-reduced again.
+  bool reconcile(uint64_t round, float* grad);
+  exchange::RoundResult run_round(uint64_t round, float* grad, size_t n, const exchange::LocalContribution& mine);
+
+  NetworkExchangeConfig config_;
+  mirror::Clock& clock_;
+  std::unique_ptr<C10dFileStore> store_;
+  std::unique_ptr<NetworkGroup> group_;
+  uint64_t epoch_ = 0;
+  std::vector<std::string> members_;
+  bool reconcile_due_ = false;
+  // The round in progress: the caller's input for [0, kept_), and whether the caller's buffer
+  // holds the round's average (the data all-reduce completed here, the ack did not).
+  std::vector<float> input_;
+  size_t kept_ = 0;
+  uint64_t held_round_ = 0;
+  bool holding_ = false;
+  exchange::RoundResult held_result_;
+  NetworkStats stats_;
+  // Heartbeats: a thread with its own handle on the store.
+  struct Beat {
+    std::string value;
+    double changed_s = 0;  // when this worker saw the value change (its own clock)
+  };
+  std::map<std::string, Beat> beats_;
+  std::unique_ptr<C10dFileStore> beat_store_;
+  std::thread beat_thread_;
+  std::mutex beat_mutex_;
+  std::condition_variable beat_stop_;
+  bool stop_beating_ = false;
+  double next_epoch_check_s_ = 0;
+};
+
+}  // namespace gradbox::transport

@@ -1,0 +1,146 @@
+// `gradbox train --transport c10d` in real processes: Gloo on the loopback interface, the group's
+// store in the shared folder. Checked against one process training on the union of the workers'
+// batches (--emulate-workers, whose arithmetic the folder transport reproduces bit for bit), and
+// with a worker killed by SIGKILL mid-run.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cmath>
+#include <iostream>
+#include <map>
+#include <thread>
+
+#include "cli_fixture.h"
+#include "process.h"
+
+namespace gradbox::testing {
+namespace {
+
+struct Worker {
+  std::string name;
+  int micro_batch;
+};
+
+class TransportTest : public CliTest {
+ protected:
+  static std::vector<std::string> tiny(const fs::path& out, int steps) {
+    return train(out, {"--block-size", "32", "--max-steps", std::to_string(steps), "--checkpoint-interval", "0",
+                       "--log-interval", "10", "--dropout", "0"});
+  }
+
+  // Starts the workers on base/shared over c10d; optionally kills one once its log shows `kill_at`.
+  static std::map<std::string, int> run_c10d(const fs::path& base, const std::vector<Worker>& workers, int steps,
+                                             std::vector<std::string> extra = {}, const std::string& kill_worker = "",
+                                             const std::string& kill_at = "") {
+    std::string peers;
+    for (const Worker& w : workers) peers += (peers.empty() ? "" : ",") + w.name;
+    std::map<std::string, pid_t> pids;
+    fs::create_directories(base / "shared");
+    for (const Worker& w : workers) {
+      std::vector<std::string> argv = tiny(base / w.name, steps);
+      std::vector<std::string> more = {"--micro-batch", std::to_string(w.micro_batch), "--shared",
+                                       (base / "shared").string(), "--worker", w.name, "--peers", peers,
+                                       "--transport", "c10d", "--c10d-interface", "lo", "--c10d-stale-after", "3"};
+      argv.insert(argv.end(), more.begin(), more.end());
+      argv.insert(argv.end(), extra.begin(), extra.end());
+      pids[w.name] = start_process(argv, base / (w.name + ".log"));
+    }
+    if (!kill_worker.empty()) {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+      while (std::chrono::steady_clock::now() < deadline &&
+             !contains(read_bytes(base / (kill_worker + ".log")), kill_at))
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      kill(pids[kill_worker], SIGKILL);
+    }
+    std::map<std::string, int> codes;
+    for (const auto& [name, pid] : pids) codes[name] = wait_process(pid);
+    return codes;
+  }
+
+  static fs::path final_checkpoint(const fs::path& run, int steps) {
+    char name[32];
+    std::snprintf(name, sizeof name, "step_%08d", steps);
+    return run / "checkpoints" / name;
+  }
+
+  static std::vector<double> losses(const fs::path& run) {
+    std::vector<double> out;
+    for (const nlohmann::json& r : read_metrics(run))
+      if (r.contains("loss")) out.push_back(r["loss"].get<double>());
+    return out;
+  }
+};
+
+TEST_F(TransportTest, C10dReplicasAreIdenticalAndTrackTheFolderArithmetic) {
+  const fs::path base = dir("c10d_parity");
+  const int steps = 30;
+  const std::vector<Worker> workers = {{"a", 4}, {"b", 2}, {"c", 3}};
+  for (const auto& [name, code] : run_c10d(base, workers, steps))
+    ASSERT_EQ(code, 0) << name << "\n" << read_bytes(base / (name + ".log"));
+  const std::string model_a = read_bytes(final_checkpoint(base / "a", steps) / "model.safetensors");
+  ASSERT_FALSE(model_a.empty());
+  for (const Worker& w : workers) {
+    EXPECT_EQ(read_bytes(final_checkpoint(base / w.name, steps) / "model.safetensors"), model_a) << w.name;
+    EXPECT_TRUE(contains(read_bytes(base / (w.name + ".log")), "every replica of group epoch 0 holds the same parameters"));
+  }
+  // The union of the batches in one process: the folder transport's arithmetic. c10d sums in
+  // another order, so the curves agree to fp32 rounding, amplified a little by 30 steps of Adam.
+  ProcessResult r = run_process([&] {
+    std::vector<std::string> argv = tiny(base / "union", steps);
+    argv.insert(argv.end(), {"--emulate-workers", "a:4,b:2,c:3"});
+    return argv;
+  }());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::vector<double> cluster = losses(base / "a"), single = losses(base / "union");
+  ASSERT_EQ(cluster.size(), single.size());
+  double worst = 0;
+  for (size_t i = 0; i < cluster.size(); ++i) worst = std::max(worst, std::abs(cluster[i] - single[i]));
+  std::cout << "c10d vs the folder's arithmetic (fp32 union): largest per-step loss difference " << worst << "\n";
+  EXPECT_LT(worst, 1e-3);
+  EXPECT_LT(single.back(), single.front() - 0.3);  // and it learned
+}
+
+TEST_F(TransportTest, AWorkerKilledMidRunLeavesTheOthersTrainingWithoutARestart) {
+  const fs::path base = dir("c10d_kill");
+  const int steps = 150;
+  const std::vector<Worker> workers = {{"a", 4}, {"b", 2}, {"c", 3}};
+  const auto codes = run_c10d(base, workers, steps, {}, "c", "step 20/");
+  EXPECT_EQ(codes.at("c"), 128 + SIGKILL);
+  for (const std::string name : {"a", "b"}) {
+    ASSERT_EQ(codes.at(name), 0) << name << "\n" << read_bytes(base / (name + ".log"));
+    const std::string log = read_bytes(base / (name + ".log"));
+    EXPECT_TRUE(contains(log, "group epoch 1: a,b")) << log;
+    EXPECT_TRUE(contains(log, ": redone in group epoch 1") || contains(log, ": completed from the data")) << log;
+  }
+  EXPECT_EQ(read_bytes(final_checkpoint(base / "a", steps) / "model.safetensors"),
+            read_bytes(final_checkpoint(base / "b", steps) / "model.safetensors"));
+}
+
+TEST_F(TransportTest, DilocoRoundsGoOverC10dToo) {
+  const fs::path base = dir("c10d_diloco");
+  const int steps = 20;
+  const std::vector<Worker> workers = {{"a", 4}, {"b", 2}};
+  for (const auto& [name, code] : run_c10d(base, workers, steps, {"--sync", "diloco", "--inner-steps", "5"}))
+    ASSERT_EQ(code, 0) << name << "\n" << read_bytes(base / (name + ".log"));
+  EXPECT_EQ(read_bytes(final_checkpoint(base / "a", steps) / "model.safetensors"),
+            read_bytes(final_checkpoint(base / "b", steps) / "model.safetensors"));
+  const std::vector<double> curve = losses(base / "a");
+  ASSERT_FALSE(curve.empty());
+  EXPECT_LT(curve.back(), curve.front() - 0.3);
+}
+
+TEST_F(TransportTest, BadTransportFlagsAreRefusedByName) {
+  const fs::path shared = dir("c10d_bad_shared");
+  fs::create_directories(shared);
+  ProcessResult r = run_process(train(dir("c10d_bad1"), {"--shared", shared.string(), "--worker", "a", "--transport", "carrier-pigeon"}));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(contains(r.output, "--transport carrier-pigeon: folder or c10d")) << r.output;
+  r = run_process(train(dir("c10d_bad2"), {"--shared", shared.string(), "--worker", "a", "--transport", "c10d",
+                                           "--c10d-backend", "nccl", "--device", "cpu"}));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(contains(r.output, "--c10d-backend nccl: needs --device cuda")) << r.output;
+}
+
+}  // namespace
+}  // namespace gradbox::testing
