@@ -216,8 +216,8 @@ exchange::FolderExchangeConfig exchange_config(const SharedFlags& f, const worke
 
 // Note [Network transport] in transport/network_exchange.h: the group's store lives in the
 // shared folder, which must then be a file system every member can lock (one machine, NFS).
-std::unique_ptr<exchange::GradientExchange> network_exchange(const SharedFlags& f, const std::string& run_id,
-                                                             bool cuda) {
+std::unique_ptr<exchange::GradientExchange> network_exchange(const SharedFlags& f, const worker::TrainConfig& train,
+                                                             const std::string& run_id, bool cuda) {
   GB_REQUIRE(f.sync_backend != "rclone", "--transport c10d: the shared folder must be a mounted file system every "
              "member can lock, not an rclone remote");
   GB_REQUIRE(!f.overlap, "--overlap: not with --transport c10d yet");
@@ -237,6 +237,7 @@ std::unique_ptr<exchange::GradientExchange> network_exchange(const SharedFlags& 
              ": at least 1 (heartbeats come every 0.5 s)");
   c.stale_after_s = f.c10d_stale_after;
   c.join_window_s = f.c10d_join_window;
+  c.checkpoint_interval = train.checkpoint_interval;  // joiners enter at these checkpoints
   return std::make_unique<transport::NetworkExchange>(std::move(c), mirror::system_clock());
 }
 
@@ -397,7 +398,7 @@ void add_train_command(CLI::App& app) {
       GB_REQUIRE(shared->transport == "folder" || shared->transport == "c10d", "--transport ", shared->transport,
                  ": folder or c10d");
       if (shared->transport == "c10d") {
-        trainer.join_run(network_exchange(*shared, exchange.run_id, trainer.runtime().device.is_cuda()), false);
+        trainer.join_run(network_exchange(*shared, config, exchange.run_id, trainer.runtime().device.is_cuda()), false);
       }
       if (shared->transport == "folder") syncer = start_syncer(*shared, local, pattern);
       worker::Sidecar* sidecar = syncer.get();

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <sstream>
 
 #include "common/checksum.h"
 #include "common/error.h"
@@ -58,6 +59,10 @@ void NetworkExchange::beat_until_stopped() {
 }
 
 bool NetworkExchange::alive(const std::string& worker) {
+  // One that said goodbye in this epoch or the last is gone now, not when its beat goes stale.
+  if (store_->get(key(str("left/", worker, "/e", epoch_))) ||
+      (epoch_ > 0 && store_->get(key(str("left/", worker, "/e", epoch_ - 1)))))
+    return false;
   const std::string value = store_->get(str(config_.run_id, "/beat/", worker)).value_or("");
   const double now = clock_.now_s();
   auto [it, first_sight] = beats_.try_emplace(worker, Beat{value, now});
@@ -77,7 +82,7 @@ void NetworkExchange::arrive(const std::string& tag) {
     for (const std::string& m : members_) {
       if (m == config_.worker || store_->get(base + m)) continue;
       everyone = false;
-      if (!alive(m)) throw GroupFailure(str(m, " stopped beating (no heartbeat for ", config_.stale_after_s, " s)"));
+      if (!alive(m)) throw GroupFailure(str(m, " left or stopped beating (no heartbeat for ", config_.stale_after_s, " s)"));
     }
     if (everyone) return;
     if (next_epoch_started()) throw GroupFailure("another member found the group failed");
@@ -85,25 +90,67 @@ void NetworkExchange::arrive(const std::string& tag) {
   }
 }
 
-exchange::JoinPlan NetworkExchange::join(const std::filesystem::path&, int64_t) {
-  store_ = std::make_unique<C10dFileStore>(config_.store_path);
+void NetworkExchange::start_beating() {
   beat_store_ = std::make_unique<C10dFileStore>(config_.store_path);
   beat_thread_ = std::thread([this] { beat_until_stopped(); });
+}
+
+void NetworkExchange::refuse_live_namesake() {
+  const std::optional<std::string> first = store_->get(key("beat/" + config_.worker));
+  if (!first) return;
+  logger().info(str("checking that no other session of run ", config_.run_id, " beats as ", config_.worker, " (",
+                    config_.stale_after_s, " s)"));
+  const double start = clock_.now_s();
+  while (clock_.now_s() - start < config_.stale_after_s) {
+    GB_REQUIRE(store_->get(key("beat/" + config_.worker)) == first, "--worker ", config_.worker,
+               ": another session of run ", config_.run_id, " is live under this name (its heartbeat in ",
+               config_.store_path.string(), " moves); give this one another name");
+    clock_.sleep_s(0.05);
+  }
+}
+
+exchange::JoinPlan NetworkExchange::join(const std::filesystem::path& run_dir, int64_t) {
+  store_ = std::make_unique<C10dFileStore>(config_.store_path);
+  refuse_live_namesake();
+  start_beating();
   const std::vector<std::string>& founders = config_.founders;
-  GB_REQUIRE(std::find(founders.begin(), founders.end(), config_.worker) != founders.end(), "--worker ",
-             config_.worker, ": not among --peers ", join_member_names(founders),
-             "; the c10d transport does not yet let workers join a running group (the folder transport does)");
+  const bool founder = std::find(founders.begin(), founders.end(), config_.worker) != founders.end();
   uint64_t first_epoch = 0;
-  if (std::optional<GroupEpoch> newest = newest_group_epoch(*store_, config_.run_id)) {
-    // A run that stopped cleanly starts again after its last epoch; one whose members did not all
-    // leave is either still running or died: not ours to guess.
+  std::optional<GroupEpoch> newest = newest_group_epoch(*store_, config_.run_id);
+  if (!newest && !founder) {
+    // The founders may not have formed their group yet.
+    logger().info(str("waiting for run ", config_.run_id, "'s founders (", join_member_names(founders),
+                      ") to form their group"));
+    const double start = clock_.now_s();
+    while (!(newest = newest_group_epoch(*store_, config_.run_id)) && clock_.now_s() - start < config_.join_window_s)
+      clock_.sleep_s(0.1);
+    GB_REQUIRE(newest, "--worker ", config_.worker, ": not among --peers ", join_member_names(founders),
+               ", and no group of run ", config_.run_id, " formed in ", config_.join_window_s, " s (",
+               config_.store_path.string(), ")");
+  }
+  if (newest) {
+    // A run that stopped cleanly starts again after its last epoch; one whose members are still
+    // in it is joined (if they beat) or dead.
     std::vector<std::string> still_in;
     for (const std::string& m : newest->members)
-      if (!store_->get(str(config_.run_id, "/left/", m, "/e", newest->epoch))) still_in.push_back(m);
-    GB_REQUIRE(still_in.empty(), "--transport c10d: run ", config_.run_id, "'s group is at epoch ", newest->epoch,
-               " and ", join_member_names(still_in), " did not leave it (", config_.store_path.string(),
-               "); the c10d transport does not yet let workers join a running group. If that run is dead, "
-               "delete the store file to start it again");
+      if (!store_->get(key(str("left/", m, "/e", newest->epoch)))) still_in.push_back(m);
+    if (!still_in.empty()) {
+      std::map<std::string, std::optional<std::string>> first;
+      for (const std::string& m : still_in)
+        if (m != config_.worker) first[m] = store_->get(key("beat/" + m));
+      const double start = clock_.now_s();
+      bool beating = false;
+      while (!beating && clock_.now_s() - start < config_.stale_after_s + 1) {
+        for (const auto& [m, value] : first) beating = beating || store_->get(key("beat/" + m)) != value;
+        clock_.sleep_s(0.05);
+      }
+      GB_REQUIRE(beating, "--transport c10d: run ", config_.run_id, "'s group is at epoch ", newest->epoch, " and ",
+                 join_member_names(still_in), " did not leave it, but nobody beats (", config_.store_path.string(),
+                 "): the run died. Delete the store file to start it again");
+      return join_running_group(run_dir, *newest);
+    }
+    GB_REQUIRE(founder, "--worker ", config_.worker, ": not among --peers ", join_member_names(founders),
+               ", and run ", config_.run_id, "'s group has stopped");
     first_epoch = newest->epoch + 1;
   }
   epoch_ = first_epoch;
@@ -119,6 +166,101 @@ exchange::JoinPlan NetworkExchange::join(const std::filesystem::path&, int64_t) 
     }
   }
   return {true, std::nullopt};
+}
+
+exchange::JoinPlan NetworkExchange::join_running_group(const std::filesystem::path& run_dir, const GroupEpoch& running) {
+  const int64_t request = store_->add(key("joiners"), 1);
+  store_->set(key(str("joiner/", request)), config_.worker);
+  logger().info(str("asking to join run ", config_.run_id, "'s group (epoch ", running.epoch, ": ",
+                    join_member_names(running.members), "); it admits joiners at its checkpoints"));
+  std::optional<std::string> admit;
+  double next_note = clock_.now_s() + 60;
+  while (!(admit = store_->get(key(str("admit/", request))))) {
+    if (clock_.now_s() >= next_note) {
+      logger().info("still waiting for the group's next checkpoint to be admitted");
+      next_note += 60;
+    }
+    clock_.sleep_s(0.05);
+  }
+  // "<epoch>|<step>|<checkpoint copy>|<members>"
+  std::vector<std::string> fields;
+  std::string field;
+  std::istringstream in(*admit);
+  while (std::getline(in, field, '|')) fields.push_back(field);
+  GB_CHECK(fields.size() == 4, "malformed admission ", *admit);
+  epoch_ = std::stoull(fields[0]);
+  const std::filesystem::path published = fields[2];
+  const std::filesystem::path fetched = run_dir / "checkpoints" / ("c10d-step_" + fields[1]);
+  const std::filesystem::path partial = fetched.string() + ".tmp.copy";
+  std::filesystem::remove_all(partial);
+  std::filesystem::remove_all(fetched);
+  std::filesystem::create_directories(fetched.parent_path());
+  std::filesystem::copy(published, partial, std::filesystem::copy_options::recursive);
+  std::filesystem::rename(partial, fetched);
+  std::vector<std::string> members;
+  std::istringstream names(fields[3]);
+  while (std::getline(names, field, ',')) members.push_back(field);
+  form_epoch(members, config_.join_window_s, false);
+  joined_running_ = true;
+  logger().info(str("joined run ", config_.run_id, " at step ", fields[1], " from ", published.string()));
+  return {false, fetched};
+}
+
+std::vector<std::string> NetworkExchange::waiting_joiners() {
+  std::vector<std::string> waiting;
+  const int64_t requests = std::stoll(store_->get(key("joiners")).value_or("0"));
+  for (int64_t n = 1; n <= requests; ++n) {
+    if (store_->get(key(str("admit/", n)))) continue;
+    const std::optional<std::string> name = store_->get(key(str("joiner/", n)));
+    if (!name || std::find(members_.begin(), members_.end(), *name) != members_.end() || !alive(*name)) continue;
+    waiting.push_back(str(n, ":", *name));
+  }
+  return waiting;
+}
+
+void NetworkExchange::after_checkpoint(uint64_t step, const std::filesystem::path& dir, uint64_t, uint64_t) {
+  if (!group_ || config_.checkpoint_interval <= 0 || step % static_cast<uint64_t>(config_.checkpoint_interval) != 0)
+    return;
+  try {
+    arrive(str("ckpt", step));
+    const std::string decision_key = key(str("e", epoch_, "/admit-at/", step));
+    std::vector<std::string> joiners;
+    if (group_->rank() == 0) store_->set_once(decision_key, join_member_names(waiting_joiners()));
+    double count = group_->rank() == 0 ? 1 : 0;
+    group_->sum(&count, 1);  // everyone has passed rank 0's decision
+    std::istringstream in(store_->get(decision_key).value_or(""));
+    for (std::string item; std::getline(in, item, ',');) joiners.push_back(item);
+    if (joiners.empty()) return;
+    std::vector<std::string> next = members_;
+    for (const std::string& j : joiners) next.push_back(j.substr(j.find(':') + 1));
+    std::sort(next.begin(), next.end());
+    const uint64_t next_epoch = epoch_ + 1;
+    if (group_->rank() == 0) {
+      const std::filesystem::path copies = config_.store_path.parent_path() / (config_.run_id + ".checkpoints");
+      const std::filesystem::path published = copies / dir.filename();
+      const std::filesystem::path partial = published.string() + ".tmp";
+      std::filesystem::remove_all(partial);
+      std::filesystem::create_directories(copies);
+      if (!std::filesystem::exists(published)) {
+        std::filesystem::copy(dir, partial, std::filesystem::copy_options::recursive);
+        std::filesystem::rename(partial, published);
+      }
+      // Earlier admissions' joiners copied theirs before they entered (the group waited for them).
+      for (const auto& entry : std::filesystem::directory_iterator(copies))
+        if (entry.path() != published) std::filesystem::remove_all(entry.path());
+      for (const std::string& j : joiners)
+        store_->set(key("admit/" + j.substr(0, j.find(':'))),
+                    str(next_epoch, "|", step, "|", published.string(), "|", join_member_names(next)));
+      logger().info(str("admitting ", join_member_names(joiners), " at step ", step, " (checkpoint copied to ",
+                        published.string(), ")"));
+    }
+    // A checkpoint is a clean boundary: every member is at this round with nothing in flight.
+    group_.reset();
+    epoch_ = next_epoch;
+    form_epoch(next, config_.join_window_s, false);
+  } catch (const GroupFailure& e) {
+    drop_group(e.what());
+  }
 }
 
 void NetworkExchange::form_epoch(const std::vector<std::string>& expected, double window_s, bool wait_for_silent) {
@@ -163,6 +305,7 @@ void NetworkExchange::between_rounds(uint64_t) {
 }
 
 void NetworkExchange::agree_initial_state(uint64_t round, float* params, size_t n) {
+  if (joined_running_) return;  // its checkpoint is the members' state already
   arrive("start");
   double rounds[2] = {static_cast<double>(round), -static_cast<double>(round)};
   group_->max(rounds, 2);

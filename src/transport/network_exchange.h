@@ -34,7 +34,16 @@
 //   - everyone in q, someone without q's data: redo q in the new group from the kept inputs
 //     (nobody applied q: nobody passed its ack);
 //   - some in q, some in q + 1: those in q hold q's data and apply it; those in q + 1 redo it.
-// Rounds further apart cannot happen (asserted). The dead worker's contribution to q counts
+// Rounds further apart cannot happen (asserted).
+//
+// A joiner (a worker not among the founders, or one restarted after its group went on without
+// it) asks in the store (<run>/joiner/<n>) and waits. At each checkpoint of a round that is a
+// multiple of --checkpoint-interval, the members meet; rank 0 names the joiners still waiting
+// (and beating), copies its checkpoint into the shared folder (<shared>/c10d/<run>.checkpoints)
+// and admits them (<run>/admit/<n>: the epoch, the step, the copy); everyone forms the next
+// epoch with them. The joiner loads that checkpoint (the members' state after that very round,
+// optimizer and DiLoCo outer state included) and enters at the next round: nobody replays
+// anything and no round is in flight, so the new epoch needs no reconcile. The dead worker's contribution to q counts
 // when q completes from held data, and not when q is redone; either way every replica applies
 // the same thing.
 // Torch-free header and protocol; the c10d parts are NetworkGroup and C10dFileStore.
@@ -51,6 +60,7 @@
 
 #include "exchange/gradient_exchange.h"
 #include "mirror/clock.h"
+#include "transport/group_epochs.h"
 #include "transport/network_group.h"
 
 namespace gradbox::transport {
@@ -68,6 +78,7 @@ struct NetworkExchangeConfig {
   double stale_after_s = 5;           // a member whose heartbeat has not moved for this long is gone
   double beat_interval_s = 0.5;
   size_t bucket_floats = 4u << 20;
+  int64_t checkpoint_interval = 0;    // joiners are admitted at checkpoints of these rounds; 0: never
   // Tests only: called at each stage of a round ("arrive", "header", "data", "ack"), before it runs.
   std::function<void(const char* stage, uint64_t round)> before_stage;
 };
@@ -90,6 +101,8 @@ class NetworkExchange final : public exchange::GradientExchange {
   exchange::RoundResult all_reduce(uint64_t round, float* grad, size_t n,
                                    const exchange::LocalContribution& mine) override;
   void between_rounds(uint64_t step) override;
+  void after_checkpoint(uint64_t step, const std::filesystem::path& dir, uint64_t tokens,
+                        uint64_t parameters_checksum) override;
   bool final_check(uint64_t round, const float* params, size_t n) override;
   void leave() override;
   std::string describe() const override;
@@ -105,6 +118,13 @@ class NetworkExchange final : public exchange::GradientExchange {
   bool alive(const std::string& worker);
   bool next_epoch_started();
   void beat_until_stopped();
+  void start_beating();
+  // Refuses to start while another session beats under this worker's name.
+  void refuse_live_namesake();
+  exchange::JoinPlan join_running_group(const std::filesystem::path& run_dir, const GroupEpoch& running);
+  // Rank 0 at an admission checkpoint: the join requests still waiting, as "n:name" items.
+  std::vector<std::string> waiting_joiners();
+  std::string key(const std::string& rest) const { return config_.run_id + "/" + rest; }
   void drop_group(const std::string& why);
   // The new group's first collective after a failure (see the Note); true when round q is
   // settled from held data (the caller returns it), false when it must be all-reduced again.
@@ -118,6 +138,7 @@ class NetworkExchange final : public exchange::GradientExchange {
   uint64_t epoch_ = 0;
   std::vector<std::string> members_;
   bool reconcile_due_ = false;
+  bool joined_running_ = false;  // entered a running group from its checkpoint
   // The round in progress: the caller's input for [0, kept_), and whether the caller's buffer
   // holds the round's average (the data all-reduce completed here, the ack did not).
   std::vector<float> input_;

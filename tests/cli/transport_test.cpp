@@ -117,6 +117,40 @@ TEST_F(TransportTest, AWorkerKilledMidRunLeavesTheOthersTrainingWithoutARestart)
             read_bytes(final_checkpoint(base / "b", steps) / "model.safetensors"));
 }
 
+TEST_F(TransportTest, AJoinerEntersAtTheGroupsNextCheckpointAndEndsIdentical) {
+  const fs::path base = dir("c10d_join");
+  const int steps = 200;
+  fs::create_directories(base / "shared");
+  auto start = [&](const std::string& name, const std::string& peers) {
+    std::vector<std::string> argv = tiny(base / name, steps);
+    std::vector<std::string> more = {"--shared", (base / "shared").string(), "--worker", name, "--peers", peers,
+                                     "--transport", "c10d", "--c10d-interface", "lo", "--checkpoint-interval", "20"};
+    argv.insert(argv.end(), more.begin(), more.end());
+    return start_process(argv, base / (name + ".log"));
+  };
+  std::map<std::string, pid_t> pids{{"a", start("a", "a,b")}, {"b", start("b", "a,b")}};
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline && !contains(read_bytes(base / "a.log"), "group epoch 0: a,b"))
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  pids["c"] = start("c", "a,b");  // not a founder: it joins the running group
+  for (const auto& [name, pid] : pids) ASSERT_EQ(wait_process(pid), 0) << name << "\n" << read_bytes(base / (name + ".log"));
+  const std::string log_a = read_bytes(base / "a.log"), log_c = read_bytes(base / "c.log");
+  EXPECT_TRUE(contains(log_a, "admitting ")) << log_a;
+  EXPECT_TRUE(contains(log_a, "group epoch 1: a,b,c")) << log_a;
+  EXPECT_TRUE(contains(log_c, "joined run")) << log_c;
+  const std::string model_a = read_bytes(final_checkpoint(base / "a", steps) / "model.safetensors");
+  ASSERT_FALSE(model_a.empty());
+  for (const std::string name : {"b", "c"})
+    EXPECT_EQ(read_bytes(final_checkpoint(base / name, steps) / "model.safetensors"), model_a) << name;
+  // c trained only from its admission on (a multiple of 20), and no member restarted.
+  const std::vector<nlohmann::json> c_metrics = read_metrics(base / "c");
+  ASSERT_FALSE(c_metrics.empty());
+  const int first_c_step = c_metrics.front()["step"].get<int>();
+  EXPECT_GT(first_c_step, 20);
+  EXPECT_EQ((first_c_step - 1) % 20, 0) << first_c_step;
+  EXPECT_EQ(read_metrics(base / "a").front()["step"].get<int>(), 1);
+}
+
 TEST_F(TransportTest, DilocoRoundsGoOverC10dToo) {
   const fs::path base = dir("c10d_diloco");
   const int steps = 20;
