@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "exchange/folder_exchange.h"
+#include "transport/hybrid_exchange.h"
 #include "transport/network_exchange.h"
 #include "mirror/sync_contract.h"
 #include "worker/sidecar.h"
@@ -99,6 +100,9 @@ struct SharedFlags {
   double c10d_regroup_window = 120;
   double c10d_stale_after = 5;
   double c10d_join_window = 300;
+  std::string c10d_group;        // hybrid: this worker's group
+  std::string c10d_group_peers;  // hybrid: the group's founding members
+  std::string c10d_store;        // hybrid: the folder of the group's store
 };
 
 std::vector<std::string> split(const std::string& text, char sep) {
@@ -150,8 +154,8 @@ void add_shared_flags(CLI::App* cmd, SharedFlags& f) {
   cmd->add_option("--sync-args", f.sync_args, "Extra gradbox-sync flags, space-separated (e.g. simulator settings)");
   cmd->add_flag("--overlap", f.overlap, "Exchange round r while step r+1 computes (one-step-delayed update)");
   cmd->add_option("--transport", f.transport,
-                  "folder (files through the shared folder) or c10d (Gloo/NCCL over a network the workers share; "
-                  "the shared folder holds only the group's store)")
+                  "folder (files through the shared folder), c10d (Gloo/NCCL over a network the workers share; "
+                  "the shared folder holds only the group's store) or hybrid (groups over c10d, the folder between them)")
       ->capture_default_str();
   cmd->add_option("--c10d-backend", f.c10d_backend, "auto (nccl on CUDA, gloo on CPU), gloo or nccl")->capture_default_str();
   cmd->add_option("--c10d-interface", f.c10d_interface,
@@ -167,6 +171,11 @@ void add_shared_flags(CLI::App* cmd, SharedFlags& f) {
       ->capture_default_str();
   cmd->add_option("--c10d-join-window", f.c10d_join_window, "Seconds the founders wait for each other at the start")
       ->capture_default_str();
+  cmd->add_option("--c10d-group", f.c10d_group,
+                  "Hybrid: this worker's group (workers that reach each other); the group is one worker in the folder");
+  cmd->add_option("--c10d-group-peers", f.c10d_group_peers, "Hybrid: the group's founding members, comma-separated");
+  cmd->add_option("--c10d-store", f.c10d_store,
+                  "Hybrid: a folder every member of the group can lock (local disk for one machine, NFS for a lab)");
   for (CLI::Option* option : cmd->get_options())  // like the train flags: the last value wins
     if (option->get_expected_min() > 0) take_last(option);
 }
@@ -216,16 +225,27 @@ exchange::FolderExchangeConfig exchange_config(const SharedFlags& f, const worke
 
 // Note [Network transport] in transport/network_exchange.h: the group's store lives in the
 // shared folder, which must then be a file system every member can lock (one machine, NFS).
-std::unique_ptr<exchange::GradientExchange> network_exchange(const SharedFlags& f, const worker::TrainConfig& train,
-                                                             const std::string& run_id, bool cuda) {
-  GB_REQUIRE(f.sync_backend != "rclone", "--transport c10d: the shared folder must be a mounted file system every "
-             "member can lock, not an rclone remote");
+// group: empty for --transport c10d (every worker is in the run's one group); the group's name
+// for --transport hybrid (its own store, its own founders).
+std::unique_ptr<transport::NetworkExchange> network_exchange(const SharedFlags& f, const worker::TrainConfig& train,
+                                                             const std::string& run_id, const std::string& group,
+                                                             bool cuda) {
+  GB_REQUIRE(!group.empty() || f.sync_backend != "rclone", "--transport c10d: the shared folder must be a mounted "
+             "file system every member can lock, not an rclone remote (--transport hybrid takes one)");
   GB_REQUIRE(!f.overlap, "--overlap: not with --transport c10d yet");
   transport::NetworkExchangeConfig c;
-  c.run_id = run_id;
   c.worker = f.worker;
-  c.founders = split(f.peers, ',');
-  c.store_path = std::filesystem::path(f.shared) / "c10d" / (run_id + ".store");
+  if (group.empty()) {
+    c.run_id = run_id;
+    c.founders = split(f.peers, ',');
+    c.store_path = std::filesystem::path(f.shared) / "c10d" / (run_id + ".store");
+  } else {
+    GB_REQUIRE(!f.c10d_store.empty(), "--transport hybrid: --c10d-store DIR is required (a folder every member of "
+               "group ", group, " can lock: local disk for one machine's GPUs, NFS for a lab)");
+    c.run_id = run_id + "." + group;
+    c.founders = split(f.c10d_group_peers.empty() ? f.worker : f.c10d_group_peers, ',');
+    c.store_path = std::filesystem::path(f.c10d_store) / (c.run_id + ".store");
+  }
   c.backend = f.c10d_backend == "auto" ? (cuda ? transport::NetworkBackend::nccl : transport::NetworkBackend::gloo)
                                        : transport::parse_network_backend(f.c10d_backend, "--c10d-backend");
   GB_REQUIRE(cuda || c.backend == transport::NetworkBackend::gloo, "--c10d-backend nccl: needs --device cuda");
@@ -278,7 +298,8 @@ void group_train_flags(CLI::App* cmd) {
        {"--shared", "--local", "--worker", "--peers", "--run-id", "--exchange", "--codec", "--zstd-level", "--shards",
         "--overlap"}},
       {"Network transport", {"--transport", "--c10d-backend", "--c10d-interface", "--c10d-timeout",
-                             "--c10d-stale-after", "--c10d-regroup-window", "--c10d-join-window"}},
+                             "--c10d-stale-after", "--c10d-regroup-window", "--c10d-join-window",
+                             "--c10d-group", "--c10d-group-peers", "--c10d-store"}},
       {"Synchronisation: per-step gradients or DiLoCo rounds",
        {"--sync", "--inner-steps", "--outer-lr", "--inner-lr-scale", "--outer-momentum", "--sync-warmup-steps",
         "--round-seconds", "--fragments", "--overlap-steps"}},
@@ -395,19 +416,42 @@ void add_train_command(CLI::App& app) {
                    ": the parent folder ", run_folder.parent_path().string(), " does not exist (is the drive mounted?)");
         std::filesystem::create_directories(run_folder);
       }
-      GB_REQUIRE(shared->transport == "folder" || shared->transport == "c10d", "--transport ", shared->transport,
-                 ": folder or c10d");
-      if (shared->transport == "c10d") {
-        trainer.join_run(network_exchange(*shared, config, exchange.run_id, trainer.runtime().device.is_cuda()), false);
+      const std::string& transport = shared->transport;
+      GB_REQUIRE(transport == "folder" || transport == "c10d" || transport == "hybrid", "--transport ", transport,
+                 ": folder, c10d or hybrid");
+      const bool cuda = trainer.runtime().device.is_cuda();
+      if (transport == "c10d") {
+        trainer.join_run(network_exchange(*shared, config, exchange.run_id, "", cuda), false);
+      } else {
+        // The folder exchange: this worker's own (folder), or its group leader's (hybrid, made
+        // when it becomes its group's rank 0, with its syncer).
+        auto make_folder = [&syncer, shared, local, pattern, exchange]() mutable {
+          if (!syncer) syncer = start_syncer(*shared, local, pattern);
+          worker::Sidecar* sidecar = syncer.get();
+          exchange.check_alive = [sidecar, local] {
+            if (sidecar && !sidecar->running())
+              throw std::runtime_error(
+                  str("the syncer (gradbox-sync) exited; see ", (local / mirror::kSyncerLogFile).string()));
+          };
+          return exchange::make_folder_exchange(exchange);
+        };
+        if (transport == "folder") {
+          trainer.join_run(make_folder(), shared->overlap);
+        } else {
+          GB_REQUIRE(!shared->c10d_group.empty(), "--transport hybrid: --c10d-group NAME is required (the group of "
+                     "workers that reach each other over the network)");
+          {  // any member may lead its group in the folder: a bad folder flag fails here, not then
+            exchange::FolderExchangeConfig check = exchange;
+            if (check.shard_count == 0) check.shard_count = 1;
+            check.validate();
+          }
+          transport::HybridExchangeConfig hybrid{shared->c10d_group, make_folder};
+          trainer.join_run(std::make_unique<transport::HybridExchange>(
+                               network_exchange(*shared, config, exchange.run_id, shared->c10d_group, cuda),
+                               std::move(hybrid)),
+                           false);
+        }
       }
-      if (shared->transport == "folder") syncer = start_syncer(*shared, local, pattern);
-      worker::Sidecar* sidecar = syncer.get();
-      exchange.check_alive = [sidecar, local] {
-        if (sidecar && !sidecar->running())
-          throw std::runtime_error(str("the syncer (gradbox-sync) exited; see ", (local / mirror::kSyncerLogFile).string()));
-      };
-      if (shared->transport == "folder")
-        trainer.join_run(exchange::make_folder_exchange(std::move(exchange)), shared->overlap);
     }
     std::signal(SIGINT, on_stop_signal);
     std::signal(SIGTERM, on_stop_signal);

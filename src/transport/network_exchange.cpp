@@ -317,6 +317,10 @@ void NetworkExchange::agree_initial_state(uint64_t round, float* params, size_t 
 
 exchange::RoundResult NetworkExchange::all_reduce(uint64_t round, float* grad, size_t n,
                                                   const exchange::LocalContribution& mine) {
+  return all_reduce(round, grad, n, [&](int, float*) { return mine; });
+}
+
+exchange::RoundResult NetworkExchange::all_reduce(uint64_t round, float* grad, size_t n, const Prepare& prepare) {
   GB_CHECK(store_, "all_reduce before join");
   const double start = clock_.now_s();
   ++stats_.rounds;
@@ -333,6 +337,7 @@ exchange::RoundResult NetworkExchange::all_reduce(uint64_t round, float* grad, s
       if (reconcile_due_ && reconcile(round, grad)) {
         result = held_result_;
       } else {
+        const exchange::LocalContribution mine = prepare(group_->rank(), grad);
         if (config_.before_stage) config_.before_stage("arrive", round);
         arrive(str("r", round));
         result = run_round(round, grad, n, mine);
@@ -448,6 +453,12 @@ void NetworkExchange::leave() {
   beat_stop_.notify_all();
   if (beat_thread_.joinable()) beat_thread_.join();
 }
+
+int NetworkExchange::rank() const { return group_ ? group_->rank() : -1; }
+
+void NetworkExchange::publish(const std::string& name, const std::string& value) { store_->set(key(name), value); }
+
+std::optional<std::string> NetworkExchange::read(const std::string& name) { return store_->get(key(name)); }
 
 std::string NetworkExchange::describe() const {
   return str("c10d over ", network_backend_name(config_.backend), ", group epoch ", epoch_, ": ",

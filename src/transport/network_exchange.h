@@ -107,8 +107,25 @@ class NetworkExchange final : public exchange::GradientExchange {
   void leave() override;
   std::string describe() const override;
 
-  const NetworkStats& stats() const { return stats_; }
+  // all_reduce whose contribution is made per attempt by `prepare(rank, grad)` (it fills grad and
+  // returns the contribution), just before this worker arrives at the round: after a failure the
+  // round may be redone by a group in which this worker has another rank (the hybrid transport's
+  // leader is rank 0).
+  using Prepare = std::function<exchange::LocalContribution(int rank, float* grad)>;
+  exchange::RoundResult all_reduce(uint64_t round, float* grad, size_t n, const Prepare& prepare);
+  // This worker's rank in the current group epoch (-1 between epochs).
+  int rank() const;
   const std::vector<std::string>& members() const { return members_; }
+  // The member beats (Note [Network transport]); the first look counts as a beat.
+  bool member_alive(const std::string& worker) { return alive(worker); }
+  uint64_t epoch() const { return epoch_; }
+  // The folder that holds the store: where the layers above put files for the group.
+  std::filesystem::path store_dir() const { return config_.store_path.parent_path(); }
+  const std::string& worker() const { return config_.worker; }
+  // Small values in the store, in the run's namespace, for the layers above.
+  void publish(const std::string& name, const std::string& value);
+  std::optional<std::string> read(const std::string& name);
+  const NetworkStats& stats() const { return stats_; }
 
  private:
   void form_epoch(const std::vector<std::string>& expected, double window_s, bool wait_for_silent);

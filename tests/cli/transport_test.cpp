@@ -164,16 +164,97 @@ TEST_F(TransportTest, DilocoRoundsGoOverC10dToo) {
   EXPECT_LT(curve.back(), curve.front() - 0.3);
 }
 
+// Two groups of two, each averaging over c10d, the groups meeting through the cloud-folder
+// simulator (lag and faults on) as one worker each.
+class HybridTest : public TransportTest {
+ protected:
+  struct Member {
+    std::string name, group;
+    int micro_batch;
+  };
+  static inline const std::vector<Member> kMembers = {{"a1", "ga", 4}, {"a2", "ga", 2}, {"b1", "gb", 3}, {"b2", "gb", 1}};
+
+  static std::map<std::string, pid_t> start_hybrid(const fs::path& base, int steps, const std::vector<std::string>& extra) {
+    std::map<std::string, pid_t> pids;
+    fs::create_directories(base / "shared");
+    for (const Member& m : kMembers) {
+      std::vector<std::string> argv = tiny(base / m.name, steps);
+      std::vector<std::string> more = {
+          "--micro-batch", std::to_string(m.micro_batch), "--shared", (base / "shared").string(), "--worker", m.name,
+          "--peers", "a1,b1", "--codec", "fp32", "--transport", "hybrid", "--c10d-group", m.group,
+          "--c10d-group-peers", m.group == "ga" ? "a1,a2" : "b1,b2", "--c10d-store", (base / m.group).string(),
+          "--c10d-interface", "lo", "--c10d-stale-after", "2"};
+      argv.insert(argv.end(), more.begin(), more.end());
+      argv.insert(argv.end(), extra.begin(), extra.end());
+      pids[m.name] = start_process(argv, base / (m.name + ".log"));
+    }
+    return pids;
+  }
+};
+
+TEST_F(HybridTest, TwoGroupsOfTwoThroughASimulatedFolderTrackTheUnion) {
+  const fs::path base = dir("hybrid_parity");
+  const int steps = 20;
+  const std::string sim = "--poll-ms 20 --sim-seed 7 --sim-delay-median-ms 50 --sim-delay-p90-ms 200 "
+                          "--sim-placeholder-prob 0.2 --sim-truncate-prob 0.2 --sim-corrupt-prob 0.05 "
+                          "--sim-stale-list-prob 0.1 --sim-missing-prob 0.1 --sim-duplicate-prob 0.1";
+  for (const auto& [name, pid] : start_hybrid(base, steps, {"--sync-backend", "sim", "--sync-args", sim,
+                                                            "--deadline-floor", "30"}))
+    ASSERT_EQ(wait_process(pid), 0) << name << "\n" << read_bytes(base / (name + ".log"));
+  const std::string model = read_bytes(final_checkpoint(base / "a1", steps) / "model.safetensors");
+  ASSERT_FALSE(model.empty());
+  for (const Member& m : kMembers)
+    EXPECT_EQ(read_bytes(final_checkpoint(base / m.name, steps) / "model.safetensors"), model) << m.name;
+  // Only the leaders were in the folder: one contribution per group per round.
+  EXPECT_TRUE(contains(read_bytes(base / "a1.log"), "leading group ga in the shared folder"));
+  EXPECT_FALSE(fs::exists(base / "a2" / "sync"));
+  // Group averages weighted by group tokens are the average over all four workers.
+  ProcessResult r = run_process([&] {
+    std::vector<std::string> argv = tiny(base / "union", steps);
+    argv.insert(argv.end(), {"--emulate-workers", "a1:4,a2:2,b1:3,b2:1"});
+    return argv;
+  }());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::vector<double> cluster = losses(base / "b2"), single = losses(base / "union");
+  ASSERT_EQ(cluster.size(), single.size());
+  double worst = 0;
+  for (size_t i = 0; i < cluster.size(); ++i) worst = std::max(worst, std::abs(cluster[i] - single[i]));
+  std::cout << "hybrid (2 groups of 2) vs the fp32 union: largest per-step loss difference " << worst << "\n";
+  EXPECT_LT(worst, 1e-3);
+}
+
+TEST_F(HybridTest, WhenALeaderDiesTheNextMemberLeadsItsGroupInTheFolder) {
+  const fs::path base = dir("hybrid_leader");
+  const int steps = 80;
+  auto pids = start_hybrid(base, steps, {"--sync-backend", "mounted", "--sync-args", "--poll-ms 20", "--stale-after",
+                                         "15", "--contribution-timeout", "5", "--failover-timeout", "8"});
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (std::chrono::steady_clock::now() < deadline && !contains(read_bytes(base / "a1.log"), "step 20/"))
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  kill(pids["a1"], SIGKILL);
+  EXPECT_EQ(wait_process(pids["a1"]), 128 + SIGKILL);
+  for (const std::string name : {"a2", "b1", "b2"})
+    ASSERT_EQ(wait_process(pids[name]), 0) << name << "\n" << read_bytes(base / (name + ".log"));
+  EXPECT_TRUE(contains(read_bytes(base / "a2.log"), "now leading group ga in the shared folder")) << read_bytes(base / "a2.log");
+  const std::string model = read_bytes(final_checkpoint(base / "b1", steps) / "model.safetensors");
+  ASSERT_FALSE(model.empty());
+  for (const std::string name : {"a2", "b2"})
+    EXPECT_EQ(read_bytes(final_checkpoint(base / name, steps) / "model.safetensors"), model) << name;
+}
+
 TEST_F(TransportTest, BadTransportFlagsAreRefusedByName) {
   const fs::path shared = dir("c10d_bad_shared");
   fs::create_directories(shared);
   ProcessResult r = run_process(train(dir("c10d_bad1"), {"--shared", shared.string(), "--worker", "a", "--transport", "carrier-pigeon"}));
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_TRUE(contains(r.output, "--transport carrier-pigeon: folder or c10d")) << r.output;
+  EXPECT_TRUE(contains(r.output, "--transport carrier-pigeon: folder, c10d or hybrid")) << r.output;
   r = run_process(train(dir("c10d_bad2"), {"--shared", shared.string(), "--worker", "a", "--transport", "c10d",
                                            "--c10d-backend", "nccl", "--device", "cpu"}));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_TRUE(contains(r.output, "--c10d-backend nccl: needs --device cuda")) << r.output;
+  r = run_process(train(dir("c10d_bad3"), {"--shared", shared.string(), "--worker", "a", "--transport", "hybrid"}));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(contains(r.output, "--transport hybrid: --c10d-group NAME is required")) << r.output;
 }
 
 }  // namespace
