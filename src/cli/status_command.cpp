@@ -1,13 +1,15 @@
 // gradbox status: who is in a run and how it goes, read from the shared folder's heartbeats.
 #include "cli/commands.h"
 #include "exchange/run_status.h"
+#include "mirror/clock.h"
+#include "transport/network_status.h"
 
 #include <iostream>
 
 namespace gradbox::cli {
 
 void add_status_command(CLI::App& app) {
-  CLI::App* cmd = app.add_subcommand("status", "Members of a many-worker run: state, round, tokens/s, loss, upload vs Drive's daily cap; newest checkpoint");
+  CLI::App* cmd = app.add_subcommand("status", "Members of a many-worker run: state, round, tokens/s, loss, upload vs Drive's daily cap; newest checkpoint; network groups");
   auto shared = std::make_shared<std::string>();
   auto local = std::make_shared<std::string>();
   auto stale_after = std::make_shared<double>(120.0);
@@ -15,8 +17,14 @@ void add_status_command(CLI::App& app) {
   cmd->add_option("--local", *local, "A worker's local folder, to list its syncer's quarantined files");
   cmd->add_option("--stale-after", *stale_after, "Seconds without a heartbeat before a worker counts as stale")
       ->capture_default_str();
-  cmd->callback([shared, local, stale_after] {
+  auto c10d_store = std::make_shared<std::string>();
+  cmd->add_option("--c10d-store", *c10d_store,
+                  "A hybrid group's --c10d-store folder, to show its group (--transport c10d: <shared>/c10d, shown anyway)");
+  cmd->callback([shared, local, stale_after, c10d_store] {
     std::cout << exchange::format_run_status(exchange::read_run_status(*shared, *stale_after, *local));
+    const int64_t now = mirror::system_clock().unix_ms();
+    std::cout << transport::format_network_status(std::filesystem::path(*shared) / "c10d", now);
+    if (!c10d_store->empty()) std::cout << transport::format_network_status(*c10d_store, now);
   });
 }
 

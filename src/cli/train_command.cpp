@@ -95,6 +95,7 @@ struct SharedFlags {
   bool overlap = false;
   std::string transport = "folder";
   std::string c10d_backend = "auto";
+  std::string c10d_dtype = "fp32";
   std::string c10d_interface;
   double c10d_timeout = 60;
   double c10d_regroup_window = 120;
@@ -158,6 +159,9 @@ void add_shared_flags(CLI::App* cmd, SharedFlags& f) {
                   "the shared folder holds only the group's store) or hybrid (groups over c10d, the folder between them)")
       ->capture_default_str();
   cmd->add_option("--c10d-backend", f.c10d_backend, "auto (nccl on CUDA, gloo on CPU), gloo or nccl")->capture_default_str();
+  cmd->add_option("--c10d-dtype", f.c10d_dtype,
+                  "Precision of the gradient on the wire: fp32, fp16 or bf16 (NCCL; over Gloo bf16 goes as fp16)")
+      ->capture_default_str();
   cmd->add_option("--c10d-interface", f.c10d_interface,
                   "Gloo's network interface (eth0, lo; default: the address of this machine's hostname)");
   cmd->add_option("--c10d-timeout", f.c10d_timeout,
@@ -250,6 +254,7 @@ std::unique_ptr<transport::NetworkExchange> network_exchange(const SharedFlags& 
                                        : transport::parse_network_backend(f.c10d_backend, "--c10d-backend");
   GB_REQUIRE(cuda || c.backend == transport::NetworkBackend::gloo, "--c10d-backend nccl: needs --device cuda");
   c.interface = f.c10d_interface;
+  c.wire = transport::parse_wire_dtype(f.c10d_dtype, "--c10d-dtype");
   GB_REQUIRE(f.c10d_timeout > 0, "--c10d-timeout ", f.c10d_timeout, ": must be positive");
   c.timeout_s = f.c10d_timeout;
   c.regroup_window_s = f.c10d_regroup_window;
@@ -297,7 +302,7 @@ void group_train_flags(CLI::App* cmd) {
       {"Many workers: a shared folder",
        {"--shared", "--local", "--worker", "--peers", "--run-id", "--exchange", "--codec", "--zstd-level", "--shards",
         "--overlap"}},
-      {"Network transport", {"--transport", "--c10d-backend", "--c10d-interface", "--c10d-timeout",
+      {"Network transport", {"--transport", "--c10d-backend", "--c10d-dtype", "--c10d-interface", "--c10d-timeout",
                              "--c10d-stale-after", "--c10d-regroup-window", "--c10d-join-window",
                              "--c10d-group", "--c10d-group-peers", "--c10d-store"}},
       {"Synchronisation: per-step gradients or DiLoCo rounds",

@@ -6,6 +6,9 @@
 #include <limits>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
+#include "common/atomic_file.h"
 #include "common/checksum.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -270,13 +273,37 @@ void NetworkExchange::form_epoch(const std::vector<std::string>& expected, doubl
   if (!wait_for_silent) request.alive = [this](const std::string& worker) { return alive(worker); };
   const GroupEpoch epoch = form_group_epoch(*store_, clock_, request);
   GroupSpec spec{str(config_.run_id, "/e", epoch.epoch, "/pg/"), epoch.rank, static_cast<int>(epoch.members.size()),
-                 config_.backend, config_.interface, config_.timeout_s, config_.bucket_floats};
+                 config_.backend, config_.interface, config_.timeout_s, config_.bucket_floats, config_.wire};
   group_ = std::make_unique<NetworkGroup>(*store_, spec);
   members_ = epoch.members;
   ++stats_.epochs_formed;
   stats_.seconds_regrouping += clock_.now_s() - start;
   logger().info(str("group epoch ", epoch.epoch, ": ", join_member_names(members_), " (rank ", epoch.rank, " of ",
                     members_.size(), ", formed in ", clock_.now_s() - start, " s)"));
+  write_status();
+}
+
+void NetworkExchange::write_status(bool left) {
+  nlohmann::json j;
+  j["worker"] = config_.worker;
+  j["run"] = config_.run_id;
+  j["backend"] = network_backend_name(config_.backend);
+  j["epoch"] = epoch_;
+  j["members"] = members_;
+  j["round"] = last_round_;
+  j["left"] = left;
+  j["epochs_formed"] = stats_.epochs_formed;
+  j["rounds_redone"] = stats_.rounds_redone;
+  j["rounds_completed_from_held_data"] = stats_.rounds_completed_from_held_data;
+  j["seconds_regrouping"] = stats_.seconds_regrouping;
+  j["updated_unix_ms"] = clock_.unix_ms();
+  try {
+    std::filesystem::create_directories(store_dir() / "status");
+    write_file_atomic(store_dir() / "status" / (config_.run_id + "." + config_.worker + ".json"), j.dump());
+  } catch (const std::exception& e) {
+    logger().warn(str("status file: ", e.what()));
+  }
+  next_status_s_ = clock_.now_s() + 5;
 }
 
 void NetworkExchange::drop_group(const std::string& why) {
@@ -343,6 +370,8 @@ exchange::RoundResult NetworkExchange::all_reduce(uint64_t round, float* grad, s
         result = run_round(round, grad, n, mine);
       }
       result.wait_seconds = clock_.now_s() - start;
+      last_round_ = round;
+      if (clock_.now_s() >= next_status_s_) write_status();
       return result;
     } catch (const GroupFailure& e) {
       drop_group(e.what());
@@ -446,6 +475,7 @@ void NetworkExchange::leave() {
   if (!store_) return;
   store_->set(str(config_.run_id, "/left/", config_.worker, "/e", epoch_), "1");
   group_.reset();
+  write_status(true);
   {
     std::lock_guard<std::mutex> lock(beat_mutex_);
     stop_beating_ = true;
@@ -461,7 +491,7 @@ void NetworkExchange::publish(const std::string& name, const std::string& value)
 std::optional<std::string> NetworkExchange::read(const std::string& name) { return store_->get(key(name)); }
 
 std::string NetworkExchange::describe() const {
-  return str("c10d over ", network_backend_name(config_.backend), ", group epoch ", epoch_, ": ",
+  return str("c10d over ", network_backend_name(config_.backend), " (", wire_dtype_name(config_.wire), " on the wire), group epoch ", epoch_, ": ",
              join_member_names(members_), " (store ", config_.store_path.string(), ")");
 }
 

@@ -78,6 +78,7 @@ struct NetworkExchangeConfig {
   double stale_after_s = 5;           // a member whose heartbeat has not moved for this long is gone
   double beat_interval_s = 0.5;
   size_t bucket_floats = 4u << 20;
+  WireDtype wire = WireDtype::fp32;   // the precision of the gradient buckets on the wire
   int64_t checkpoint_interval = 0;    // joiners are admitted at checkpoints of these rounds; 0: never
   // Tests only: called at each stage of a round ("arrive", "header", "data", "ack"), before it runs.
   std::function<void(const char* stage, uint64_t round)> before_stage;
@@ -135,6 +136,8 @@ class NetworkExchange final : public exchange::GradientExchange {
   bool alive(const std::string& worker);
   bool next_epoch_started();
   void beat_until_stopped();
+  // <store dir>/status/<worker>.json, for `gradbox status` (network_status.h).
+  void write_status(bool left = false);
   void start_beating();
   // Refuses to start while another session beats under this worker's name.
   void refuse_live_namesake();
@@ -176,6 +179,8 @@ class NetworkExchange final : public exchange::GradientExchange {
   std::condition_variable beat_stop_;
   bool stop_beating_ = false;
   double next_epoch_check_s_ = 0;
+  double next_status_s_ = 0;
+  uint64_t last_round_ = 0;
 };
 
 }  // namespace gradbox::transport

@@ -26,6 +26,17 @@ NetworkBackend parse_network_backend(const std::string& name, const std::string&
   throw InputError(str(flag, " ", name, ": expected gloo or nccl"));
 }
 
+WireDtype parse_wire_dtype(const std::string& name, const std::string& flag) {
+  if (name == "fp32") return WireDtype::fp32;
+  if (name == "fp16") return WireDtype::fp16;
+  if (name == "bf16") return WireDtype::bf16;
+  throw InputError(str(flag, " ", name, ": expected fp32, fp16 or bf16"));
+}
+
+const char* wire_dtype_name(WireDtype dtype) {
+  return dtype == WireDtype::fp16 ? "fp16" : dtype == WireDtype::bf16 ? "bf16" : "fp32";
+}
+
 const char* network_backend_name(NetworkBackend backend) { return backend == NetworkBackend::nccl ? "nccl" : "gloo"; }
 
 bool nccl_compiled_in() {
@@ -39,6 +50,7 @@ bool nccl_compiled_in() {
 struct NetworkGroup::Impl {
   c10::intrusive_ptr<c10d::Backend> backend;
   torch::Device device = torch::kCPU;  // where the collectives' tensors live
+  torch::ScalarType wire = torch::kFloat32;
 };
 
 namespace {
@@ -91,6 +103,9 @@ NetworkGroup::NetworkGroup(C10dFileStore& store, const GroupSpec& spec) : spec_(
     impl_->device = torch::Device(torch::kCUDA, 0);
 #endif
   });
+  impl_->wire = spec.wire == WireDtype::fp32 ? torch::kFloat32
+                : spec.wire == WireDtype::bf16 && spec.backend == NetworkBackend::nccl ? torch::kBFloat16
+                                                                                       : torch::kFloat16;
   // Gloo connects at its first collective: make that happen now, inside the rendezvous timeout.
   double probe = 0;
   sum(&probe, 1);
@@ -105,27 +120,28 @@ NetworkGroup::~NetworkGroup() {
 }
 
 void NetworkGroup::sum_buckets(float* data, size_t n, void (*prepare)(void*, size_t, size_t), void* context) {
-  const bool on_host = impl_->device.is_cpu();
-  std::deque<std::pair<c10::intrusive_ptr<c10d::Work>, std::pair<size_t, torch::Tensor>>> in_flight;
+  // A bucket goes as it is (fp32 on the host) or as a converted copy (another dtype or device),
+  // which comes back into data once its all-reduce is done.
+  struct InFlight {
+    c10::intrusive_ptr<c10d::Work> work;
+    torch::Tensor host, wire;
+  };
+  const bool in_place = impl_->device.is_cpu() && impl_->wire == torch::kFloat32;
+  std::deque<InFlight> in_flight;
   auto finish_one = [&] {
-    auto [work, bucket] = std::move(in_flight.front());
+    InFlight bucket = std::move(in_flight.front());
     in_flight.pop_front();
-    guarded("all-reduce", [&] { wait(work); });
-    if (!on_host) {
-      torch::Tensor host = torch::from_blob(data + bucket.first, {bucket.second.numel()}, torch::kFloat32);
-      host.copy_(bucket.second);
-    }
+    guarded("all-reduce", [&] { wait(bucket.work); });
+    if (!in_place) bucket.host.copy_(bucket.wire);
   };
   if (n == 0) prepare(context, 0, 0);
   for (size_t begin = 0; begin < n; begin += spec_.bucket_floats) {
     const size_t end = std::min(n, begin + spec_.bucket_floats);
     prepare(context, begin, end);
-    torch::Tensor bucket =
-        torch::from_blob(data + begin, {static_cast<int64_t>(end - begin)}, torch::kFloat32);
-    if (!on_host) bucket = bucket.to(impl_->device);
-    std::vector<torch::Tensor> tensors{bucket};
-    in_flight.emplace_back(guarded("all-reduce", [&] { return impl_->backend->allreduce(tensors); }),
-                           std::make_pair(begin, bucket));
+    torch::Tensor host = torch::from_blob(data + begin, {static_cast<int64_t>(end - begin)}, torch::kFloat32);
+    torch::Tensor wire = in_place ? host : host.to(impl_->device, impl_->wire);
+    std::vector<torch::Tensor> tensors{wire};
+    in_flight.push_back({guarded("all-reduce", [&] { return impl_->backend->allreduce(tensors); }), host, wire});
     // Gloo runs a few collectives at once; more in flight only queue.
     if (in_flight.size() > 4) finish_one();
   }

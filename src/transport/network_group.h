@@ -14,6 +14,10 @@
 namespace gradbox::transport {
 
 enum class NetworkBackend { gloo, nccl };
+// The precision of the bytes on the wire. bf16 goes as fp16 over Gloo, which has no bf16 sum.
+enum class WireDtype { fp32, fp16, bf16 };
+WireDtype parse_wire_dtype(const std::string& name, const std::string& flag);
+const char* wire_dtype_name(WireDtype dtype);
 NetworkBackend parse_network_backend(const std::string& name, const std::string& flag);
 const char* network_backend_name(NetworkBackend backend);
 bool nccl_compiled_in();
@@ -31,6 +35,7 @@ struct GroupSpec {
   std::string interface;        // Gloo: the network interface ("eth0", "lo"); empty: the hostname's address
   double timeout_s = 60;        // per collective, and for the rendezvous
   size_t bucket_floats = 4u << 20;  // the unit of pipelined all-reduces (16 MB of fp32)
+  WireDtype wire = WireDtype::fp32;  // the gradient buckets' (control values are always fp64)
 };
 
 class NetworkGroup {

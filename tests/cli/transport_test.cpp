@@ -115,6 +115,11 @@ TEST_F(TransportTest, AWorkerKilledMidRunLeavesTheOthersTrainingWithoutARestart)
   }
   EXPECT_EQ(read_bytes(final_checkpoint(base / "a", steps) / "model.safetensors"),
             read_bytes(final_checkpoint(base / "b", steps) / "model.safetensors"));
+  // `gradbox status` shows the group that went on, and what it took.
+  ProcessResult status = run_process({kBinary, "status", "--shared", (base / "shared").string()});
+  ASSERT_EQ(status.exit_code, 0) << status.output;
+  EXPECT_TRUE(contains(status.output, "run shared: gloo, group epoch 1: a,b")) << status.output;
+  EXPECT_TRUE(contains(status.output, "left")) << status.output;
 }
 
 TEST_F(TransportTest, AJoinerEntersAtTheGroupsNextCheckpointAndEndsIdentical) {

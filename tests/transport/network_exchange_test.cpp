@@ -46,6 +46,9 @@ fs::path result_path(const fs::path& dir, const std::string& worker, uint64_t ro
   return dir / (worker + "-r" + std::to_string(round) + ".bin");
 }
 
+// The precision on the wire of the next cluster (set before it forks).
+WireDtype g_wire = WireDtype::fp32;
+
 [[noreturn]] void run_worker(const fs::path& dir, const std::string& worker, const Kill& kill) {
   try {
     NetworkExchangeConfig c;
@@ -59,6 +62,7 @@ fs::path result_path(const fs::path& dir, const std::string& worker, uint64_t ro
     c.stale_after_s = 2;
     c.join_window_s = 60;
     c.bucket_floats = 1000;
+    c.wire = g_wire;
     c.before_stage = [&](const char* stage, uint64_t round) {
       if (worker == kill.worker && round == kill.round && stage == kill.stage) ::raise(kill.signal);
     };
@@ -159,11 +163,19 @@ class NetworkExchangeTest : public ::testing::Test {
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
-  void TearDown() override { fs::remove_all(dir_); }
 
-  void expect_round(uint64_t round, const std::vector<std::string>& alive, const std::vector<std::string>& contributors) {
+  void TearDown() override {
+    g_wire = WireDtype::fp32;
+    fs::remove_all(dir_);
+  }
+
+  // bound_scale: how many times the fp32 reordering bound an element may be off (fp16 on the
+  // wire rounds each contribution and each partial sum to 11 bits).
+  void expect_round(uint64_t round, const std::vector<std::string>& alive, const std::vector<std::string>& contributors,
+                    double bound_scale = 1) {
     SCOPED_TRACE("round " + std::to_string(round));
-    const auto [expected, bound] = folder_average(contributors, round);
+    auto [expected, bound] = folder_average(contributors, round);
+    for (float& b : bound) b = static_cast<float>(b * bound_scale);
     uint64_t tokens = 0;
     for (const std::string& w : contributors) tokens += kTokens.at(w);
     const Result first = read_result(result_path(dir_, alive.front(), round));
@@ -186,6 +198,20 @@ TEST_F(NetworkExchangeTest, ThreeWorkersGetIdenticalBytesThatMatchTheFolderAvera
   const auto status = run_cluster(dir_, {});
   for (const auto& [w, s] : status) EXPECT_TRUE(WIFEXITED(s) && WEXITSTATUS(s) == 0) << w;
   for (uint64_t round = 1; round <= kRounds; ++round) expect_round(round, kWorkers, kWorkers);
+}
+
+TEST_F(NetworkExchangeTest, Fp16OnTheWireGivesIdenticalBytesWithinFp16RoundingOfTheAverage) {
+  g_wire = WireDtype::fp16;
+  const auto status = run_cluster(dir_, {});
+  for (const auto& [w, s] : status) EXPECT_TRUE(WIFEXITED(s) && WEXITSTATUS(s) == 0) << w;
+  // fp32's bound is 2 (N-1) 2^-24 sum|w g|; fp16 rounds at 2^-11, at most N + (N-1) times.
+  for (uint64_t round = 1; round <= kRounds; ++round) expect_round(round, kWorkers, kWorkers, 1.25 * std::ldexp(1.0, 13));
+  // And it was fp16: most elements are farther from the average than fp32 could be.
+  const auto [expected, bound] = folder_average(kWorkers, 1);
+  const Result r = read_result(result_path(dir_, "a", 1));
+  size_t outside_fp32 = 0;
+  for (size_t j = 0; j < kElements; ++j) outside_fp32 += std::abs(r.average[j] - expected[j]) > bound[j];
+  EXPECT_GT(outside_fp32, kElements / 2);
 }
 
 TEST_F(NetworkExchangeTest, AWorkerKilledBeforeItSendsIsLeftOutAndTheRoundIsRedone) {

@@ -1,5 +1,5 @@
-// gradbox's network all-reduce (NetworkExchange: header, weighted fill, bucketed sum, ack,
-// copy-out) against a bare c10d all_reduce of the same buffer over the same Gloo group size, side
+// gradbox's network all-reduce (NetworkExchange: arrival barrier, header, weighted fill,
+// bucketed sum, ack; and again with fp16 on the wire) against a bare c10d all_reduce of the same buffer over the same Gloo group size, side
 // by side in one run: ranks are forked processes on the loopback interface, and the two are
 // measured alternately so that both see the same machine. Prints medians and their ratio.
 //   transport_bench [--elements N] [--reps R] [--ranks K]
@@ -51,10 +51,14 @@ void rank_main(int rank, int ranks, size_t n, int reps, const std::filesystem::p
   c.timeout_s = 120;
   NetworkExchange exchange(c, gradbox::mirror::system_clock());
   exchange.join(dir, -1);
+  c.run_id = "bench16";
+  c.wire = gradbox::transport::WireDtype::fp16;
+  NetworkExchange exchange16(c, gradbox::mirror::system_clock());
+  exchange16.join(dir, -1);
 
   torch::Tensor buffer = torch::rand({static_cast<int64_t>(n)});
   std::vector<float> grad(n, 1.0f);
-  std::vector<double> bare_s, gradbox_s;
+  std::vector<double> bare_s, gradbox_s, gradbox16_s;
   for (int rep = 0; rep < reps + 1; ++rep) {  // the first of each warms up
     std::vector<torch::Tensor> tensors{buffer};
     auto t0 = std::chrono::steady_clock::now();
@@ -63,8 +67,12 @@ void rank_main(int rank, int ranks, size_t n, int reps, const std::filesystem::p
     t0 = std::chrono::steady_clock::now();
     exchange.all_reduce(static_cast<uint64_t>(rep + 1), grad.data(), n, {1000, 1.0});
     if (rep > 0) gradbox_s.push_back(seconds_since(t0));
+    t0 = std::chrono::steady_clock::now();
+    exchange16.all_reduce(static_cast<uint64_t>(rep + 1), grad.data(), n, {1000, 1.0});
+    if (rep > 0) gradbox16_s.push_back(seconds_since(t0));
   }
   exchange.leave();
+  exchange16.leave();
   if (rank == 0) {
     const double b = median(bare_s), g = median(gradbox_s);
     std::printf("all-reduce of %zu fp32 elements (%.0f MB), %d ranks over Gloo on lo, %d reps (medians):\n", n,
@@ -72,6 +80,8 @@ void rank_main(int rank, int ranks, size_t n, int reps, const std::filesystem::p
     std::printf("  bare c10d allreduce      %8.3f s  (%.2f GB/s of buffer)\n", b, static_cast<double>(n) * 4 / b / 1e9);
     std::printf("  gradbox NetworkExchange  %8.3f s  (%.2f GB/s of buffer)\n", g, static_cast<double>(n) * 4 / g / 1e9);
     std::printf("  ratio gradbox / bare     %8.2fx\n", g / b);
+    const double h = median(gradbox16_s);
+    std::printf("  gradbox, fp16 on the wire %7.3f s  (%.2fx the bare fp32 time)\n", h, h / b);
   }
 }
 
