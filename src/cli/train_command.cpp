@@ -233,7 +233,8 @@ exchange::FolderExchangeConfig exchange_config(const SharedFlags& f, const worke
 // for --transport hybrid (its own store, its own founders).
 std::unique_ptr<transport::NetworkExchange> network_exchange(const SharedFlags& f, const worker::TrainConfig& train,
                                                              const std::string& run_id, const std::string& group,
-                                                             bool cuda) {
+                                                             const torch::Device& device) {
+  const bool cuda = device.is_cuda();
   GB_REQUIRE(!group.empty() || f.sync_backend != "rclone", "--transport c10d: the shared folder must be a mounted "
              "file system every member can lock, not an rclone remote (--transport hybrid takes one)");
   GB_REQUIRE(!f.overlap, "--overlap: not with --transport c10d yet");
@@ -255,6 +256,7 @@ std::unique_ptr<transport::NetworkExchange> network_exchange(const SharedFlags& 
   GB_REQUIRE(cuda || c.backend == transport::NetworkBackend::gloo, "--c10d-backend nccl: needs --device cuda");
   c.interface = f.c10d_interface;
   c.wire = transport::parse_wire_dtype(f.c10d_dtype, "--c10d-dtype");
+  c.cuda_device = cuda && device.has_index() ? device.index() : 0;
   GB_REQUIRE(f.c10d_timeout > 0, "--c10d-timeout ", f.c10d_timeout, ": must be positive");
   c.timeout_s = f.c10d_timeout;
   c.regroup_window_s = f.c10d_regroup_window;
@@ -424,9 +426,9 @@ void add_train_command(CLI::App& app) {
       const std::string& transport = shared->transport;
       GB_REQUIRE(transport == "folder" || transport == "c10d" || transport == "hybrid", "--transport ", transport,
                  ": folder, c10d or hybrid");
-      const bool cuda = trainer.runtime().device.is_cuda();
+      const torch::Device device = trainer.runtime().device;
       if (transport == "c10d") {
-        trainer.join_run(network_exchange(*shared, config, exchange.run_id, "", cuda), false);
+        trainer.join_run(network_exchange(*shared, config, exchange.run_id, "", device), false);
       } else {
         // The folder exchange: this worker's own (folder), or its group leader's (hybrid, made
         // when it becomes its group's rank 0, with its syncer).
@@ -452,7 +454,7 @@ void add_train_command(CLI::App& app) {
           }
           transport::HybridExchangeConfig hybrid{shared->c10d_group, make_folder};
           trainer.join_run(std::make_unique<transport::HybridExchange>(
-                               network_exchange(*shared, config, exchange.run_id, shared->c10d_group, cuda),
+                               network_exchange(*shared, config, exchange.run_id, shared->c10d_group, device),
                                std::move(hybrid)),
                            false);
         }

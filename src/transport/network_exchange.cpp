@@ -273,7 +273,7 @@ void NetworkExchange::form_epoch(const std::vector<std::string>& expected, doubl
   if (!wait_for_silent) request.alive = [this](const std::string& worker) { return alive(worker); };
   const GroupEpoch epoch = form_group_epoch(*store_, clock_, request);
   GroupSpec spec{str(config_.run_id, "/e", epoch.epoch, "/pg/"), epoch.rank, static_cast<int>(epoch.members.size()),
-                 config_.backend, config_.interface, config_.timeout_s, config_.bucket_floats, config_.wire};
+                 config_.backend, config_.interface, config_.timeout_s, config_.bucket_floats, config_.wire, config_.cuda_device};
   group_ = std::make_unique<NetworkGroup>(*store_, spec);
   members_ = epoch.members;
   ++stats_.epochs_formed;

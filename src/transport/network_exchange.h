@@ -79,6 +79,7 @@ struct NetworkExchangeConfig {
   double beat_interval_s = 0.5;
   size_t bucket_floats = 4u << 20;
   WireDtype wire = WireDtype::fp32;   // the precision of the gradient buckets on the wire
+  int cuda_device = 0;                // NCCL: this worker's GPU
   int64_t checkpoint_interval = 0;    // joiners are admitted at checkpoints of these rounds; 0: never
   // Tests only: called at each stage of a round ("arrive", "header", "data", "ack"), before it runs.
   std::function<void(const char* stage, uint64_t round)> before_stage;

@@ -100,7 +100,7 @@ NetworkGroup::NetworkGroup(C10dFileStore& store, const GroupSpec& spec) : spec_(
     auto options = c10d::ProcessGroupNCCL::Options::create();
     options->timeout = millis(spec.timeout_s);
     impl_->backend = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, spec.rank, spec.size, options);
-    impl_->device = torch::Device(torch::kCUDA, 0);
+    impl_->device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(spec.cuda_device));
 #endif
   });
   impl_->wire = spec.wire == WireDtype::fp32 ? torch::kFloat32

@@ -36,6 +36,7 @@ struct GroupSpec {
   double timeout_s = 60;        // per collective, and for the rendezvous
   size_t bucket_floats = 4u << 20;  // the unit of pipelined all-reduces (16 MB of fp32)
   WireDtype wire = WireDtype::fp32;  // the gradient buckets' (control values are always fp64)
+  int cuda_device = 0;               // NCCL: this rank's GPU (each rank needs its own)
 };
 
 class NetworkGroup {

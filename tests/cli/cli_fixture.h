@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -68,6 +69,21 @@ class CliTest : public ::testing::Test {
 
   static fs::path data() { return root_ / "data"; }
   static fs::path dir(const std::string& name) { return root_ / name; }
+
+  // The checkpoint folder of `steps` in a run.
+  static fs::path final_checkpoint(const fs::path& run, int steps) {
+    char name[32];
+    std::snprintf(name, sizeof name, "step_%08d", steps);
+    return run / "checkpoints" / name;
+  }
+
+  // Every logged training loss of a run, in order.
+  static std::vector<double> losses(const fs::path& run) {
+    std::vector<double> out;
+    for (const nlohmann::json& r : read_metrics(run))
+      if (r.contains("loss")) out.push_back(r["loss"].get<double>());
+    return out;
+  }
 
   // A tiny, fast training command; extra flags are appended (CLI11 takes the last value).
   static std::vector<std::string> train(const fs::path& out, std::vector<std::string> extra = {}) {

@@ -75,19 +75,6 @@ class ClusterTest : public CliTest {
     return read_bytes(base / (worker + ".log")) + read_bytes(base / worker / "sync" / "syncer.log");
   }
 
-  static fs::path final_checkpoint(const fs::path& run, int steps) {
-    char name[32];
-    std::snprintf(name, sizeof name, "step_%08d", steps);
-    return run / "checkpoints" / name;
-  }
-
-  static std::vector<double> losses(const fs::path& run) {
-    std::vector<double> out;
-    for (const nlohmann::json& r : read_metrics(run))
-      if (r.contains("loss")) out.push_back(r["loss"].get<double>());
-    return out;
-  }
-
   static nlohmann::json json_file(const fs::path& path) { return nlohmann::json::parse(read_bytes(path)); }
 
   // The reference: one process on the union of the workers' batches, token-weighted.

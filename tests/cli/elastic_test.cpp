@@ -471,12 +471,16 @@ TEST_F(ElasticTest, AllDiLoCoWorkersDieAndOneRestartResumesTheRun) {
   // run alone once a is stale, and the round it only followed moves nothing (no outer step on
   // an empty delta). Killed after it (a loaded machine), b is a member and takes round 4 over
   // from its dead owner.
-  if (contains(log_b, "b resumes the run alone"))
+  if (contains(log_b, "b resumes the run alone")) {
     EXPECT_TRUE(contains(log_b, ": nobody contributed; every replica goes back to the round's start")) << log_b;
-  else
+  } else {
     EXPECT_TRUE(contains(log_b, "b takes over as epoch 1 owner")) << log_b;
-  for (const nlohmann::json& r : records(base / "b", "round_loss"))
-    if (r["round_tokens"].get<int>() > 0) EXPECT_TRUE(std::isfinite(r["round_loss"].get<double>())) << r.dump();
+  }
+  for (const nlohmann::json& r : records(base / "b", "round_loss")) {
+    if (r["round_tokens"].get<int>() > 0) {
+      EXPECT_TRUE(std::isfinite(r["round_loss"].get<double>())) << r.dump();
+    }
+  }
   EXPECT_FALSE(final_model(base, "b", o.steps).empty());
 }
 
