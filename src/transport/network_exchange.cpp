@@ -39,7 +39,9 @@ NetworkExchange::NetworkExchange(NetworkExchangeConfig config, mirror::Clock& cl
   std::sort(config_.founders.begin(), config_.founders.end());
 }
 
-NetworkExchange::~NetworkExchange() {
+NetworkExchange::~NetworkExchange() { stop_beating(); }
+
+void NetworkExchange::stop_beating() {
   {
     std::lock_guard<std::mutex> lock(beat_mutex_);
     stop_beating_ = true;
@@ -53,7 +55,7 @@ void NetworkExchange::beat_until_stopped() {
   std::unique_lock<std::mutex> lock(beat_mutex_);
   while (!stop_beating_) {
     try {
-      beat_store_->set(str(config_.run_id, "/beat/", config_.worker), std::to_string(++count));
+      beat_store_->set(key("beat/" + config_.worker), std::to_string(++count));
     } catch (const std::exception& e) {
       logger().warn(str("heartbeat: ", e.what()));
     }
@@ -66,7 +68,7 @@ bool NetworkExchange::alive(const std::string& worker) {
   if (store_->get(key(str("left/", worker, "/e", epoch_))) ||
       (epoch_ > 0 && store_->get(key(str("left/", worker, "/e", epoch_ - 1)))))
     return false;
-  const std::string value = store_->get(str(config_.run_id, "/beat/", worker)).value_or("");
+  const std::string value = store_->get(key("beat/" + worker)).value_or("");
   const double now = clock_.now_s();
   auto [it, first_sight] = beats_.try_emplace(worker, Beat{value, now});
   if (!first_sight && it->second.value != value) it->second = {value, now};
@@ -74,11 +76,11 @@ bool NetworkExchange::alive(const std::string& worker) {
 }
 
 bool NetworkExchange::next_epoch_started() {
-  return store_->get(str(config_.run_id, "/e", epoch_ + 1, "/count")).has_value();
+  return store_->get(key(str("e", epoch_ + 1, "/count"))).has_value();
 }
 
 void NetworkExchange::arrive(const std::string& tag) {
-  const std::string base = str(config_.run_id, "/e", epoch_, "/at/", tag, "/");
+  const std::string base = key(str("e", epoch_, "/at/", tag, "/"));
   store_->set(base + config_.worker, "1");
   for (;;) {
     bool everyone = true;
@@ -473,15 +475,10 @@ bool NetworkExchange::final_check(uint64_t round, const float* params, size_t n)
 
 void NetworkExchange::leave() {
   if (!store_) return;
-  store_->set(str(config_.run_id, "/left/", config_.worker, "/e", epoch_), "1");
+  store_->set(key(str("left/", config_.worker, "/e", epoch_)), "1");
   group_.reset();
   write_status(true);
-  {
-    std::lock_guard<std::mutex> lock(beat_mutex_);
-    stop_beating_ = true;
-  }
-  beat_stop_.notify_all();
-  if (beat_thread_.joinable()) beat_thread_.join();
+  stop_beating();
 }
 
 int NetworkExchange::rank() const { return group_ ? group_->rank() : -1; }

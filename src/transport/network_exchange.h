@@ -140,6 +140,7 @@ class NetworkExchange final : public exchange::GradientExchange {
   // <store dir>/status/<worker>.json, for `gradbox status` (network_status.h).
   void write_status(bool left = false);
   void start_beating();
+  void stop_beating();
   // Refuses to start while another session beats under this worker's name.
   void refuse_live_namesake();
   exchange::JoinPlan join_running_group(const std::filesystem::path& run_dir, const GroupEpoch& running);
