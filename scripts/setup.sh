@@ -53,7 +53,8 @@ fi
 # Optional: where the distribution has no libgloo-dev, gradbox builds without --transport c10d.
 if ! dpkg-query -W -f='${Status}' libgloo-dev 2>/dev/null | grep -q "install ok installed"; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq libgloo-dev >/dev/null 2>&1 ||
+  { DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq libgloo-dev >/dev/null 2>&1 ||
+    { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq libgloo-dev >/dev/null 2>&1; }; } ||
     echo "setup: libgloo-dev is not available here: gradbox builds without the c10d transport"
 fi
 ((PACKAGES_ONLY)) && exit 0
