@@ -120,4 +120,14 @@ std::string read_file(const fs::path& path) {
   return bytes;
 }
 
+fs::path copy_dir_atomic(const fs::path& from, const fs::path& to) {
+  const fs::path partial = to.string() + ".tmp.copy";
+  fs::remove_all(partial);
+  fs::remove_all(to);
+  fs::create_directories(to.parent_path());
+  fs::copy(from, partial, fs::copy_options::recursive);
+  fs::rename(partial, to);
+  return to;
+}
+
 }  // namespace gradbox

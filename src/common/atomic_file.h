@@ -40,6 +40,9 @@ void write_file_atomic(const fs::path& path, std::string_view bytes);
 // (stats), where two fsyncs a step cost a slow disk more than the file is worth.
 void replace_file(const fs::path& path, std::string_view bytes);
 void fsync_dir(const fs::path& dir);
+// Copies the folder `from` to `to` (replacing it) under a temporary name, then renames it: a
+// reader sees the whole copy or none.
+fs::path copy_dir_atomic(const fs::path& from, const fs::path& to);
 // Reads a whole file; throws InputError naming the file when it cannot.
 std::string read_file(const fs::path& path);
 // The same into out (its contents replaced): a buffer kept from an earlier read of a file as

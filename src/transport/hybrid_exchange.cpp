@@ -4,6 +4,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "common/atomic_file.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "mirror/clock.h"
@@ -48,16 +49,6 @@ exchange::RoundResult decode(const std::string& text) {
   return r;
 }
 
-fs::path copy_checkpoint(const fs::path& from, const fs::path& to) {
-  const fs::path partial = to.string() + ".tmp.copy";
-  fs::remove_all(partial);
-  fs::remove_all(to);
-  fs::create_directories(to.parent_path());
-  fs::copy(from, partial, fs::copy_options::recursive);
-  fs::rename(partial, to);
-  return to;
-}
-
 }  // namespace
 
 HybridExchange::HybridExchange(std::unique_ptr<NetworkExchange> group, HybridExchangeConfig config)
@@ -75,7 +66,7 @@ exchange::JoinPlan HybridExchange::join(const fs::path& run_dir, int64_t local_s
     const exchange::JoinPlan plan = folder_->join(run_dir, local_step);
     std::string shared;
     if (plan.checkpoint)  // the members load what the leader loads
-      shared = copy_checkpoint(*plan.checkpoint, group_->store_dir() / "plan" / plan.checkpoint->filename()).string();
+      shared = copy_dir_atomic(*plan.checkpoint, group_->store_dir() / "plan" / plan.checkpoint->filename()).string();
     group_->publish(plan_key, str(plan.founder ? 1 : 0, "|", shared));
     logger().info(str("leading group ", config_.group, " in the shared folder"));
     return plan;
@@ -93,7 +84,7 @@ exchange::JoinPlan HybridExchange::join(const fs::path& run_dir, int64_t local_s
   out.founder = plan->front() == '1';
   const std::string shared = plan->substr(2);
   if (!shared.empty())
-    out.checkpoint = copy_checkpoint(shared, run_dir / "checkpoints" / ("hybrid-" + fs::path(shared).filename().string()));
+    out.checkpoint = copy_dir_atomic(shared, run_dir / "checkpoints" / ("hybrid-" + fs::path(shared).filename().string()));
   return out;
 }
 

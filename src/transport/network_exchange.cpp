@@ -196,12 +196,7 @@ exchange::JoinPlan NetworkExchange::join_running_group(const std::filesystem::pa
   epoch_ = std::stoull(fields[0]);
   const std::filesystem::path published = fields[2];
   const std::filesystem::path fetched = run_dir / "checkpoints" / ("c10d-step_" + fields[1]);
-  const std::filesystem::path partial = fetched.string() + ".tmp.copy";
-  std::filesystem::remove_all(partial);
-  std::filesystem::remove_all(fetched);
-  std::filesystem::create_directories(fetched.parent_path());
-  std::filesystem::copy(published, partial, std::filesystem::copy_options::recursive);
-  std::filesystem::rename(partial, fetched);
+  copy_dir_atomic(published, fetched);
   std::vector<std::string> members;
   std::istringstream names(fields[3]);
   while (std::getline(names, field, ',')) members.push_back(field);
@@ -243,13 +238,7 @@ void NetworkExchange::after_checkpoint(uint64_t step, const std::filesystem::pat
     if (group_->rank() == 0) {
       const std::filesystem::path copies = config_.store_path.parent_path() / (config_.run_id + ".checkpoints");
       const std::filesystem::path published = copies / dir.filename();
-      const std::filesystem::path partial = published.string() + ".tmp";
-      std::filesystem::remove_all(partial);
-      std::filesystem::create_directories(copies);
-      if (!std::filesystem::exists(published)) {
-        std::filesystem::copy(dir, partial, std::filesystem::copy_options::recursive);
-        std::filesystem::rename(partial, published);
-      }
+      if (!std::filesystem::exists(published)) copy_dir_atomic(dir, published);
       // Earlier admissions' joiners copied theirs before they entered (the group waited for them).
       for (const auto& entry : std::filesystem::directory_iterator(copies))
         if (entry.path() != published) std::filesystem::remove_all(entry.path());
