@@ -3,8 +3,9 @@
 #   1. gradbox's all-reduce (NetworkExchange) of a 124M-element fp32 buffer against a bare c10d
 #      allreduce of the same buffer, 2 ranks over Gloo on loopback, measured alternately
 #      (tests/transport/transport_bench.cpp; target: within 1.2x of the bare time);
-#   2. training tokens/s of the cluster: 1 worker alone, 2 workers over Gloo (--transport c10d),
-#      2 workers through a local folder (mounted backend, gradbox-sync sidecars), repeated
+#   2. training tokens/s of the cluster: 1 worker alone, 2 workers over Gloo (--transport c10d)
+#      with the gradient's buckets all-reduced as backward makes them (the default) and sent
+#      whole after backward (--c10d-overlap-backward false), 2 workers through a local folder (mounted backend, gradbox-sync sidecars), repeated
 #      REPEATS times in turn; tokens/s from metrics.jsonl (all workers' tokens per step over the
 #      step's seconds, the first SKIP steps left out), medians and ratios printed.
 # On this 2-core machine each worker computes on one core (THREADS=1), so 2 workers can at best
@@ -61,6 +62,7 @@ echo "== 2. training tokens/s: $MODEL, block $BLOCK, micro-batch $MICRO per work
 for i in $(seq 1 "$REPEATS"); do
   run_workers "alone-$i" 1
   run_workers "gloo-$i" 2 --transport c10d --c10d-interface lo
+  run_workers "whole-$i" 2 --transport c10d --c10d-interface lo --c10d-overlap-backward false
   run_workers "folder-$i" 2 --codec "$CODEC" --sync-backend mounted --sync-args "--poll-ms 20"
   echo "repeat $i of $REPEATS done"
 done
@@ -68,17 +70,24 @@ done
 .venv/bin/python - "$OUT" "$REPEATS" "$SKIP" "$CODEC" <<'PY'
 import json, statistics, sys
 out, repeats, skip, codec = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+def steps_of(run):
+    return [json.loads(l) for l in open(f"{out}/{run}/w0/metrics.jsonl") if '"step_seconds"' in l][skip:]
 def tokens_per_second(run):
-    steps = [json.loads(l) for l in open(f"{out}/{run}/w0/metrics.jsonl") if '"step_seconds"' in l]
-    steps = steps[skip:]
+    steps = steps_of(run)
     tokens = steps[-1]["tokens"] - steps[0]["tokens"]
     return tokens / sum(s["step_seconds"] for s in steps[1:])
-rows = {name: statistics.median(tokens_per_second(f"{name}-{i}") for i in range(1, repeats + 1))
-        for name in ("alone", "gloo", "folder")}
-print(f"{'configuration':<44}{'tokens/s':>10}{'vs 1 worker':>13}")
-labels = {"alone": "1 worker", "gloo": "2 workers, --transport c10d (Gloo, loopback)",
+def exposed_wait(run):  # seconds per step blocked on the exchange after the step's compute
+    return statistics.median(s.get("exchange_wait_seconds", 0.0) for s in steps_of(run))
+names = ("alone", "gloo", "whole", "folder")
+runs = {name: [f"{name}-{i}" for i in range(1, repeats + 1)] for name in names}
+rows = {name: statistics.median(tokens_per_second(r) for r in runs[name]) for name in names}
+waits = {name: statistics.median(exposed_wait(r) for r in runs[name]) for name in names}
+print(f"{'configuration':<58}{'tokens/s':>10}{'vs 1 worker':>13}{'wait s/step':>13}")
+labels = {"alone": "1 worker", "gloo": "2 workers, c10d (Gloo, loopback), overlapping backward",
+          "whole": "2 workers, c10d (Gloo, loopback), sent after backward",
           "folder": f"2 workers, local folder ({codec}+zstd)"}
 for name, tps in rows.items():
-    print(f"{labels[name]:<44}{tps:>10.0f}{tps / rows['alone']:>12.2f}x")
+    print(f"{labels[name]:<58}{tps:>10.0f}{tps / rows['alone']:>12.2f}x{waits[name]:>13.3f}")
+print(f"c10d overlapping backward over c10d after backward: {rows['gloo'] / rows['whole']:.2f}x")
 print(f"c10d over the folder: {rows['gloo'] / rows['folder']:.2f}x")
 PY

@@ -101,6 +101,8 @@ struct SharedFlags {
   double c10d_regroup_window = 120;
   double c10d_stale_after = 5;
   double c10d_join_window = 300;
+  bool c10d_overlap_backward = true;
+  double c10d_bucket_mb = 16;
   std::string c10d_group;        // hybrid: this worker's group
   std::string c10d_group_peers;  // hybrid: the group's founding members
   std::string c10d_store;        // hybrid: the folder of the group's store
@@ -174,6 +176,12 @@ void add_shared_flags(CLI::App* cmd, SharedFlags& f) {
                   "After a failure: the longest the first survivor waits for a live member to enter the next group epoch")
       ->capture_default_str();
   cmd->add_option("--c10d-join-window", f.c10d_join_window, "Seconds the founders wait for each other at the start")
+      ->capture_default_str();
+  cmd->add_option("--c10d-overlap-backward", f.c10d_overlap_backward,
+                  "Per-step rounds: all-reduce the gradient's buckets while backward computes the rest (true/false; "
+                  "every member must agree)")
+      ->capture_default_str();
+  cmd->add_option("--c10d-bucket-mb", f.c10d_bucket_mb, "Megabytes of fp32 gradient per all-reduce bucket")
       ->capture_default_str();
   cmd->add_option("--c10d-group", f.c10d_group,
                   "Hybrid: this worker's group (workers that reach each other); the group is one worker in the folder");
@@ -264,6 +272,10 @@ std::unique_ptr<transport::NetworkExchange> network_exchange(const SharedFlags& 
              ": at least 1 (heartbeats come every 0.5 s)");
   c.stale_after_s = f.c10d_stale_after;
   c.join_window_s = f.c10d_join_window;
+  GB_REQUIRE(f.c10d_bucket_mb > 0 && f.c10d_bucket_mb <= 1024, "--c10d-bucket-mb ", f.c10d_bucket_mb,
+             ": expected more than 0 and at most 1024");
+  c.bucket_floats = std::max<size_t>(1, static_cast<size_t>(f.c10d_bucket_mb * (1 << 20) / sizeof(float)));
+  c.overlap_backward = f.c10d_overlap_backward;
   c.checkpoint_interval = train.checkpoint_interval;  // joiners enter at these checkpoints
   return std::make_unique<transport::NetworkExchange>(std::move(c), mirror::system_clock());
 }
@@ -306,6 +318,7 @@ void group_train_flags(CLI::App* cmd) {
         "--overlap"}},
       {"Network transport", {"--transport", "--c10d-backend", "--c10d-dtype", "--c10d-interface", "--c10d-timeout",
                              "--c10d-stale-after", "--c10d-regroup-window", "--c10d-join-window",
+                             "--c10d-overlap-backward", "--c10d-bucket-mb",
                              "--c10d-group", "--c10d-group-peers", "--c10d-store"}},
       {"Synchronisation: per-step gradients or DiLoCo rounds",
        {"--sync", "--inner-steps", "--outer-lr", "--inner-lr-scale", "--outer-momentum", "--sync-warmup-steps",

@@ -10,9 +10,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <limits>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace gradbox::exchange {
 
@@ -46,6 +48,24 @@ struct RoundResult {
   bool resync = false;
 };
 
+// A range [begin, end) of the caller's vector.
+struct Span {
+  size_t begin = 0, end = 0;
+};
+
+// A per-step round whose gradient is handed over a part at a time while backward still
+// computes the rest (GradientExchange::begin_streamed_round).
+class StreamedRound {
+ public:
+  virtual ~StreamedRound() = default;
+  // Part i of the round's parts is final in grad (called from autograd's hooks, in any order;
+  // never throws: a failure is handled in finish).
+  virtual void part_ready(size_t i) noexcept = 0;
+  // Waits for the round: grad[0, n) then holds the average, as all_reduce leaves it. Parts never
+  // reported ready are taken as they are (a parameter backward did not reach: zero).
+  virtual RoundResult finish() = 0;
+};
+
 // How a worker enters a run (GradientExchange::join).
 struct JoinPlan {
   bool founder = false;  // the run is new and this worker is one of its founding members
@@ -74,6 +94,16 @@ class GradientExchange {
   // grad[0, n) holds this worker's mean gradient over `mine.tokens` tokens; on return it holds
   // the average every live replica applies for `round` (identical bytes on every replica).
   virtual RoundResult all_reduce(uint64_t round, float* grad, size_t n, const LocalContribution& mine) = 0;
+  // all_reduce of a per-step gradient still being computed, for transports that can send it
+  // while backward runs (nullptr where they cannot: the caller then calls all_reduce). `parts`
+  // tile [0, n) in the order backward is expected to finish them; what lands in grad is this
+  // worker's gradient times its loss scale, which `scale` undoes. `mine.overflow` is not known yet: the round finds it in the parts. Called between the last forward pass and
+  // its backward pass.
+  virtual std::unique_ptr<StreamedRound> begin_streamed_round(uint64_t round, float* grad, size_t n,
+                                                              const std::vector<Span>& parts,
+                                                              const LocalContribution& mine, float scale) {
+    return nullptr;
+  }
   // Between rounds (after each DiLoCo inner step, which may be minutes apart from the next
   // round): keeps this worker's heartbeat fresh and a checkpoint publish moving, and tells the
   // peers which step it is at. Never waits.

@@ -285,6 +285,7 @@ void NetworkExchange::write_status(bool left) {
   j["left"] = left;
   j["epochs_formed"] = stats_.epochs_formed;
   j["rounds_redone"] = stats_.rounds_redone;
+  j["rounds_streamed"] = stats_.rounds_streamed;
   j["rounds_completed_from_held_data"] = stats_.rounds_completed_from_held_data;
   j["seconds_regrouping"] = stats_.seconds_regrouping;
   j["updated_unix_ms"] = clock_.unix_ms();
@@ -340,8 +341,24 @@ exchange::RoundResult NetworkExchange::all_reduce(uint64_t round, float* grad, s
 
 exchange::RoundResult NetworkExchange::all_reduce(uint64_t round, float* grad, size_t n, const Prepare& prepare) {
   GB_CHECK(store_, "all_reduce before join");
-  const double start = clock_.now_s();
   ++stats_.rounds;
+  start_round(grad, plan_round(n, config_.bucket_floats), 1.0f);
+  return finish_round(round, grad, prepare, clock_.now_s());
+}
+
+void NetworkExchange::start_round(float* grad, RoundPlan plan, float scale) {
+  plan_ = std::move(plan);
+  grad_ = grad;
+  scale_ = scale;
+  input_.resize(plan_.n);
+  chunks_left_ = plan_.chunks_in_bucket;
+  kept_.assign(plan_.buckets.size(), false);
+  next_to_send_ = 0;
+  sending_ = false;
+  overflow_ = false;
+}
+
+exchange::RoundResult NetworkExchange::finish_round(uint64_t round, float* grad, const Prepare& prepare, double start_s) {
   int failures = 0;
   for (;;) {
     try {
@@ -358,9 +375,13 @@ exchange::RoundResult NetworkExchange::all_reduce(uint64_t round, float* grad, s
         const exchange::LocalContribution mine = prepare(group_->rank(), grad);
         if (config_.before_stage) config_.before_stage("arrive", round);
         arrive(str("r", round));
-        result = run_round(round, grad, n, mine);
+        open_round(round, mine);
+        for (size_t b = 0; b < plan_.buckets.size(); ++b)
+          if (chunks_left_[b] > 0) chunks_left_[b] = 0, bucket_ready(b);
+        send_ready();
+        result = close_round(round);
       }
-      result.wait_seconds = clock_.now_s() - start;
+      result.wait_seconds = clock_.now_s() - start_s;
       last_round_ = round;
       if (clock_.now_s() >= next_status_s_) write_status();
       return result;
@@ -375,41 +396,143 @@ exchange::RoundResult NetworkExchange::all_reduce(uint64_t round, float* grad, s
   }
 }
 
-exchange::RoundResult NetworkExchange::run_round(uint64_t round, float* grad, size_t n,
-                                                 const exchange::LocalContribution& mine) {
-  auto stage = [&](const char* name) {
-    if (config_.before_stage) config_.before_stage(name, round);
-  };
-  stage("header");
-  double header[4] = {static_cast<double>(mine.tokens), static_cast<double>(mine.tokens) * mine.loss,
-                      mine.overflow ? 1.0 : 0.0, mine.tokens > 0 ? 1.0 : 0.0};
-  group_->sum(header, 4);
-  exchange::RoundResult result;
-  result.tokens = static_cast<uint64_t>(header[0]);
-  result.loss = header[0] > 0 ? header[1] / header[0] : std::numeric_limits<double>::quiet_NaN();
-  result.contributors = static_cast<int>(header[3]);
-  result.skip = header[2] > 0 || result.tokens == 0;
-  if (!result.skip) {
-    const float weight = exchange::contribution_weight(mine.tokens, result.tokens);
-    input_.resize(n);
-    stage("data");
-    // In place in the caller's buffer, a bucket at a time, each kept first: a round redone after
-    // a failure needs the input back.
-    group_->sum(grad, n, [&](size_t begin, size_t end) {
-      std::copy(grad + begin, grad + end, input_.begin() + static_cast<std::ptrdiff_t>(begin));
-      for (size_t i = begin; i < end; ++i) grad[i] *= weight;
-      kept_ = end;
-    });
+void NetworkExchange::open_round(uint64_t round, const exchange::LocalContribution& mine) {
+  if (config_.before_stage) config_.before_stage("header", round);
+  const double f = plan_.fingerprint;
+  double header[5] = {static_cast<double>(mine.tokens), static_cast<double>(mine.tokens) * mine.loss,
+                      mine.tokens > 0 ? 1.0 : 0.0, f, f * f};
+  group_->sum(header, 5);
+  GB_REQUIRE(static_cast<double>(group_->size()) * header[4] == header[3] * header[3], "--transport c10d: the members of group epoch ",
+             epoch_, " (", join_member_names(members_), ") split round ", round,
+             " into different buckets: they differ in the model, --c10d-overlap-backward, --overlap or --round-seconds");
+  open_result_ = {};
+  open_result_.tokens = static_cast<uint64_t>(header[0]);
+  open_result_.loss = header[0] > 0 ? header[1] / header[0] : std::numeric_limits<double>::quiet_NaN();
+  open_result_.contributors = static_cast<int>(header[2]);
+  open_result_.skip = open_result_.tokens == 0;
+  weight_ = open_result_.skip ? 1.0f : exchange::contribution_weight(mine.tokens, open_result_.tokens);
+  overflow_ = overflow_ || mine.overflow;
+  sending_ = !open_result_.skip;
+  if (sending_ && config_.before_stage) config_.before_stage("data", round);
+}
+
+void NetworkExchange::bucket_ready(size_t bucket) {
+  // Keep the input (a failed round is redone from it), note a non-finite value, and weight it.
+  // A bucket kept by an earlier attempt of the round holds the average or the input already.
+  if (!kept_[bucket]) {
+    const exchange::Span span = plan_.buckets[bucket];
+    bool finite = true;
+    for (size_t i = span.begin; i < span.end; ++i) {
+      const float x = grad_[i] * scale_;
+      input_[i] = x;
+      finite &= std::fabs(x) <= std::numeric_limits<float>::max();
+    }
+    overflow_ = overflow_ || !finite;
+    kept_[bucket] = true;
   }
+  if (!sending_) return;
+  const exchange::Span span = plan_.buckets[bucket];
+  for (size_t i = span.begin; i < span.end; ++i) grad_[i] = input_[i] * weight_;
+}
+
+void NetworkExchange::send_ready() {
+  if (!sending_) return;
+  while (next_to_send_ < plan_.buckets.size() && chunks_left_[next_to_send_] == 0) {
+    const exchange::Span span = plan_.buckets[next_to_send_];
+    group_->start_sum(grad_ + span.begin, span.end - span.begin);
+    ++next_to_send_;
+  }
+}
+
+exchange::RoundResult NetworkExchange::close_round(uint64_t round) {
+  exchange::RoundResult result = open_result_;
+  if (sending_) group_->wait_started();
   holding_ = true;
   held_round_ = round;
   held_result_ = result;
-  stage("ack");
-  double ack = 1;
-  group_->sum(&ack, 1);
+  if (config_.before_stage) config_.before_stage("ack", round);
+  double ack[2] = {1, overflow_ ? 1.0 : 0.0};
+  group_->sum(ack, 2);
+  result.skip = result.skip || ack[1] > 0;
   holding_ = false;
-  kept_ = 0;
+  sending_ = false;
+  kept_.assign(kept_.size(), false);
   return result;
+}
+
+class NetworkExchange::Streamed final : public exchange::StreamedRound {
+ public:
+  explicit Streamed(NetworkExchange& exchange) : exchange_(exchange) {}
+  void part_ready(size_t part) noexcept override { exchange_.part_ready(part); }
+  exchange::RoundResult finish() override { return exchange_.finish_streamed(); }
+
+ private:
+  NetworkExchange& exchange_;
+};
+
+std::unique_ptr<exchange::StreamedRound> NetworkExchange::begin_streamed_round(
+    uint64_t round, float* grad, size_t n, const std::vector<exchange::Span>& parts,
+    const exchange::LocalContribution& mine, float scale) {
+  GB_CHECK(store_, "begin_streamed_round before join");
+  if (!config_.overlap_backward) return nullptr;
+  ++stats_.rounds;
+  stream_round_ = round;
+  stream_start_s_ = clock_.now_s();
+  stream_mine_ = mine;
+  stream_failure_.reset();
+  stream_error_ = nullptr;
+  start_round(grad, plan_round(n, parts, config_.bucket_floats), scale);
+  if (!group_ || reconcile_due_) {
+    stream_failure_ = "";  // the round is finished the way a failed one is, without streaming
+  } else {
+    try {
+      if (config_.before_stage) config_.before_stage("arrive", round);
+      arrive(str("r", round));
+      open_round(round, mine);
+    } catch (const GroupFailure& e) {
+      stream_failure_ = e.what();
+    }
+  }
+  return std::make_unique<Streamed>(*this);
+}
+
+void NetworkExchange::part_ready(size_t part) noexcept {
+  try {
+    for (size_t b : plan_.part_buckets.at(part))
+      if (chunks_left_[b] > 0 && --chunks_left_[b] == 0) bucket_ready(b);
+    if (!stream_failure_ && !stream_error_) send_ready();
+  } catch (const GroupFailure& e) {
+    stream_failure_ = e.what();
+  } catch (...) {
+    stream_error_ = std::current_exception();
+  }
+}
+
+exchange::RoundResult NetworkExchange::finish_streamed() {
+  if (stream_error_) std::rethrow_exception(stream_error_);
+  // Parts backward never reached are final as they are.
+  for (size_t b = 0; b < plan_.buckets.size(); ++b)
+    if (chunks_left_[b] > 0) chunks_left_[b] = 0, bucket_ready(b);
+  if (!stream_failure_) {
+    try {
+      send_ready();
+      exchange::RoundResult result = close_round(stream_round_);
+      ++stats_.rounds_streamed;
+      result.wait_seconds = clock_.now_s() - stream_start_s_;
+      last_round_ = stream_round_;
+      if (clock_.now_s() >= next_status_s_) write_status();
+      return result;
+    } catch (const GroupFailure& e) {
+      stream_failure_ = e.what();
+    }
+  }
+  // Every bucket's input is kept now (times the scale): the round continues from it as any
+  // round that failed does.
+  if (!stream_failure_->empty()) drop_group(*stream_failure_);
+  sending_ = false;
+  scale_ = 1.0f;
+  const exchange::LocalContribution mine = stream_mine_;
+  return finish_round(stream_round_, grad_, [mine](int, float*) { return mine; }, stream_start_s_);
 }
 
 bool NetworkExchange::reconcile(uint64_t round, float* grad) {
@@ -428,8 +551,12 @@ bool NetworkExchange::reconcile(uint64_t round, float* grad) {
   const bool apply = round == oldest && oldest_all_hold;
   holding_ = false;
   if (!apply) {
-    std::copy(input_.begin(), input_.begin() + static_cast<std::ptrdiff_t>(kept_), grad);
-    kept_ = 0;
+    // The kept buckets go back to the input; the rest were never touched.
+    for (size_t b = 0; b < plan_.buckets.size(); ++b)
+      if (kept_[b]) std::copy(input_.begin() + static_cast<std::ptrdiff_t>(plan_.buckets[b].begin),
+                              input_.begin() + static_cast<std::ptrdiff_t>(plan_.buckets[b].end),
+                              grad + plan_.buckets[b].begin);
+    start_round(grad, std::move(plan_), 1.0f);
     ++stats_.rounds_redone;
     logger().info(str("round ", round, ": redone in group epoch ", epoch_));
     return false;
@@ -437,7 +564,7 @@ bool NetworkExchange::reconcile(uint64_t round, float* grad) {
   ++stats_.rounds_completed_from_held_data;
   logger().info(str("round ", round, ": completed from the data every member held when epoch ", epoch_ - 1,
                     " failed"));
-  kept_ = 0;  // the caller's buffer holds the round's average already
+  kept_.assign(kept_.size(), false);  // the caller's buffer holds the round's average already
   return true;
 }
 

@@ -6,11 +6,21 @@
 // <shared>/c10d/<run>.store, formed in epochs (Note [Group epochs] in group_epochs.h).
 //
 // A round, on every member of the epoch's group:
-//   1. header:  sum of [tokens, tokens * loss, overflow]     (a tiny all-reduce)
+//   1. header:  sum of [tokens, tokens * loss, contributing, plan fingerprint f, f^2]
+//               (a tiny all-reduce; everyone's plans agree iff size * sum(f^2) == sum(f)^2)
 //   2. data:    sum of w_i * g_i, w_i = contribution_weight(t_i, T), in the caller's buffer,
-//               in buckets all-reduced back to back while the next is scaled (each bucket's
-//               input is kept first, for a round that must be redone)
-//   3. ack:     a tiny all-reduce; whoever completes it knows every member has the data.
+//               in the buckets of the round's plan (Note [Round plan] in round_plan.h), each
+//               all-reduced as soon as it and the ones before it are ready; each bucket's input
+//               is kept first, for a round that must be redone
+//   3. ack:     sum of [1, overflow], tiny; whoever completes it knows every member has the
+//               data, and whether some member's input was not finite (every replica then skips
+//               the round; the data itself is not finite then too, so a round completed from
+//               held data after a failure in the ack is still skipped by everyone).
+// Per-step rounds stream (Note [Backward overlap] in worker/backward_stream.h): the header goes
+// between the last forward and its backward, and buckets are started by autograd's hooks as
+// backward finishes their parameters, so most of the data is on the wire before backward ends.
+// A failure while streaming is kept until the round's end, then the round is finished the way
+// any failed round is (below), from the kept inputs.
 // The weights are the folder transport's (gradient_exchange.h) and only the order of the fp32
 // sums differs, so the two transports agree to rounding; every rank receives the same reduced
 // bytes, so replicas stay identical.
@@ -51,7 +61,9 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <exception>
 #include <map>
+#include <optional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -62,6 +74,7 @@
 #include "mirror/clock.h"
 #include "transport/group_epochs.h"
 #include "transport/network_group.h"
+#include "transport/round_plan.h"
 
 namespace gradbox::transport {
 
@@ -77,7 +90,8 @@ struct NetworkExchangeConfig {
   double regroup_window_s = 120;      // after a failure: the longest survivors wait for a live member
   double stale_after_s = 5;           // a member whose heartbeat has not moved for this long is gone
   double beat_interval_s = 0.5;
-  size_t bucket_floats = 4u << 20;
+  size_t bucket_floats = 4u << 20;    // 16 MB of fp32 per all-reduce
+  bool overlap_backward = true;       // per-step rounds stream with backward (begin_streamed_round)
   WireDtype wire = WireDtype::fp32;   // the precision of the gradient buckets on the wire
   int cuda_device = 0;                // NCCL: this worker's GPU
   int64_t checkpoint_interval = 0;    // joiners are admitted at checkpoints of these rounds; 0: never
@@ -88,6 +102,7 @@ struct NetworkExchangeConfig {
 struct NetworkStats {
   uint64_t epochs_formed = 0;
   uint64_t rounds = 0;
+  uint64_t rounds_streamed = 0;  // per-step rounds whose buckets went out during backward
   uint64_t rounds_completed_from_held_data = 0;  // reconciled: applied what the failed group delivered
   uint64_t rounds_redone = 0;                    // reconciled: all-reduced again in the new group
   double seconds_regrouping = 0;
@@ -115,6 +130,10 @@ class NetworkExchange final : public exchange::GradientExchange {
   // leader is rank 0).
   using Prepare = std::function<exchange::LocalContribution(int rank, float* grad)>;
   exchange::RoundResult all_reduce(uint64_t round, float* grad, size_t n, const Prepare& prepare);
+  std::unique_ptr<exchange::StreamedRound> begin_streamed_round(uint64_t round, float* grad, size_t n,
+                                                                const std::vector<exchange::Span>& parts,
+                                                                const exchange::LocalContribution& mine,
+                                                                float scale) override;
   // This worker's rank in the current group epoch (-1 between epochs).
   int rank() const;
   const std::vector<std::string>& members() const { return members_; }
@@ -151,7 +170,17 @@ class NetworkExchange final : public exchange::GradientExchange {
   // The new group's first collective after a failure (see the Note); true when round q is
   // settled from held data (the caller returns it), false when it must be all-reduced again.
   bool reconcile(uint64_t round, float* grad);
-  exchange::RoundResult run_round(uint64_t round, float* grad, size_t n, const exchange::LocalContribution& mine);
+  // The retrying loop of every round: plan_, scale_ and the kept inputs are set by the caller.
+  exchange::RoundResult finish_round(uint64_t round, float* grad, const Prepare& prepare, double start_s);
+  // The three stages of a round (see the Note); ready buckets are sent by send_ready.
+  void open_round(uint64_t round, const exchange::LocalContribution& mine);
+  void bucket_ready(size_t bucket);
+  void send_ready();
+  exchange::RoundResult close_round(uint64_t round);
+  void start_round(float* grad, RoundPlan plan, float scale);
+  class Streamed;
+  void part_ready(size_t part) noexcept;
+  exchange::RoundResult finish_streamed();
 
   NetworkExchangeConfig config_;
   mirror::Clock& clock_;
@@ -161,10 +190,26 @@ class NetworkExchange final : public exchange::GradientExchange {
   std::vector<std::string> members_;
   bool reconcile_due_ = false;
   bool joined_running_ = false;  // entered a running group from its checkpoint
-  // The round in progress: the caller's input for [0, kept_), and whether the caller's buffer
-  // holds the round's average (the data all-reduce completed here, the ack did not).
+  // The round in progress: its plan, the caller's buffer, and per bucket whether it is ready
+  // (its input kept in input_, times scale_) and whether it was sent. holding_: the caller's
+  // buffer holds the round's average (the data all-reduce completed here, the ack did not).
+  RoundPlan plan_;
+  float* grad_ = nullptr;
+  float scale_ = 1;
+  float weight_ = 1;
+  exchange::RoundResult open_result_;
+  bool overflow_ = false;
   std::vector<float> input_;
-  size_t kept_ = 0;
+  std::vector<size_t> chunks_left_;
+  std::vector<bool> kept_;
+  size_t next_to_send_ = 0;
+  bool sending_ = false;  // the round's header passed and it has data: ready buckets go out
+  // A streamed round: the first failure (GroupFailure) or error, kept for its finish.
+  std::optional<std::string> stream_failure_;
+  std::exception_ptr stream_error_;
+  uint64_t stream_round_ = 0;
+  double stream_start_s_ = 0;
+  exchange::LocalContribution stream_mine_;
   uint64_t held_round_ = 0;
   bool holding_ = false;
   exchange::RoundResult held_result_;

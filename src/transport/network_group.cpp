@@ -47,10 +47,18 @@ bool nccl_compiled_in() {
 #endif
 }
 
+// A bucket goes as it is (fp32 on the host) or as a converted copy (another dtype or device),
+// which comes back into the host buffer once its all-reduce is done.
+struct InFlight {
+  c10::intrusive_ptr<c10d::Work> work;
+  torch::Tensor host, wire;
+};
+
 struct NetworkGroup::Impl {
   c10::intrusive_ptr<c10d::Backend> backend;
   torch::Device device = torch::kCPU;  // where the collectives' tensors live
   torch::ScalarType wire = torch::kFloat32;
+  std::deque<InFlight> in_flight;
 };
 
 namespace {
@@ -119,33 +127,31 @@ NetworkGroup::~NetworkGroup() {
   }
 }
 
-void NetworkGroup::sum_buckets(float* data, size_t n, void (*prepare)(void*, size_t, size_t), void* context) {
-  // A bucket goes as it is (fp32 on the host) or as a converted copy (another dtype or device),
-  // which comes back into data once its all-reduce is done.
-  struct InFlight {
-    c10::intrusive_ptr<c10d::Work> work;
-    torch::Tensor host, wire;
-  };
+void NetworkGroup::start_sum(float* data, size_t n) {
+  torch::Tensor host = torch::from_blob(data, {static_cast<int64_t>(n)}, torch::kFloat32);
   const bool in_place = impl_->device.is_cpu() && impl_->wire == torch::kFloat32;
-  std::deque<InFlight> in_flight;
-  auto finish_one = [&] {
-    InFlight bucket = std::move(in_flight.front());
-    in_flight.pop_front();
+  torch::Tensor wire = in_place ? host : host.to(impl_->device, impl_->wire);
+  std::vector<torch::Tensor> tensors{wire};
+  impl_->in_flight.push_back({guarded("all-reduce", [&] { return impl_->backend->allreduce(tensors); }), host, wire});
+}
+
+void NetworkGroup::wait_started() {
+  while (!impl_->in_flight.empty()) {
+    InFlight bucket = std::move(impl_->in_flight.front());
+    impl_->in_flight.pop_front();
     guarded("all-reduce", [&] { wait(bucket.work); });
-    if (!in_place) bucket.host.copy_(bucket.wire);
-  };
+    if (!bucket.wire.is_same(bucket.host)) bucket.host.copy_(bucket.wire);
+  }
+}
+
+void NetworkGroup::sum_buckets(float* data, size_t n, void (*prepare)(void*, size_t, size_t), void* context) {
   if (n == 0) prepare(context, 0, 0);
   for (size_t begin = 0; begin < n; begin += spec_.bucket_floats) {
     const size_t end = std::min(n, begin + spec_.bucket_floats);
     prepare(context, begin, end);
-    torch::Tensor host = torch::from_blob(data + begin, {static_cast<int64_t>(end - begin)}, torch::kFloat32);
-    torch::Tensor wire = in_place ? host : host.to(impl_->device, impl_->wire);
-    std::vector<torch::Tensor> tensors{wire};
-    in_flight.push_back({guarded("all-reduce", [&] { return impl_->backend->allreduce(tensors); }), host, wire});
-    // Gloo runs a few collectives at once; more in flight only queue.
-    if (in_flight.size() > 4) finish_one();
+    start_sum(data + begin, end - begin);
   }
-  while (!in_flight.empty()) finish_one();
+  wait_started();
 }
 
 namespace {

@@ -56,6 +56,11 @@ class NetworkGroup {
   void sum(float* data, size_t n) {
     sum(data, n, [](size_t, size_t) {});
   }
+  // Starts data[0, n) = sum over ranks without waiting for it (the network transport's buckets,
+  // started as backward finishes them); data must stay untouched until wait_started() returns,
+  // which waits for every started sum, in the order they were started.
+  void start_sum(float* data, size_t n);
+  void wait_started();
   // Small control values, summed or maximised in double.
   void sum(double* values, size_t n);
   void max(double* values, size_t n);

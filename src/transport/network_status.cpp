@@ -49,8 +49,8 @@ std::string format_network_status(const std::filesystem::path& store_dir, int64_
     }
     out += "\n";
     char line[160];
-    std::snprintf(line, sizeof line, "    %-12s %6s %8s %-7s %9s %7s %6s %10s %9s\n", "worker", "epoch", "round", "state",
-                  "regroups", "redone", "held", "forming s", "updated");
+    std::snprintf(line, sizeof line, "    %-12s %6s %8s %-7s %9s %7s %6s %10s %9s %9s\n", "worker", "epoch", "round",
+                  "state", "streamed", "regroups", "redone", "held", "forming s", "updated");
     out += line;
     for (const nlohmann::json& w : workers) {
       if (w.contains("error")) {
@@ -58,9 +58,10 @@ std::string format_network_status(const std::filesystem::path& store_dir, int64_
         continue;
       }
       const double age = static_cast<double>(now_unix_ms - w["updated_unix_ms"].get<int64_t>()) / 1000.0;
-      std::snprintf(line, sizeof line, "    %-12s %6llu %8llu %-7s %9llu %7llu %6llu %10.1f %7.0f s\n",
+      std::snprintf(line, sizeof line, "    %-12s %6llu %8llu %-7s %9llu %9llu %7llu %6llu %10.1f %7.0f s\n",
                     w["worker"].get<std::string>().c_str(), static_cast<unsigned long long>(w["epoch"].get<uint64_t>()),
                     static_cast<unsigned long long>(w["round"].get<uint64_t>()), w["left"].get<bool>() ? "left" : age > kSilentAfterS ? "silent" : "in",
+                    static_cast<unsigned long long>(w.value("rounds_streamed", uint64_t{0})),
                     static_cast<unsigned long long>(w["epochs_formed"].get<uint64_t>() - 1),
                     static_cast<unsigned long long>(w["rounds_redone"].get<uint64_t>()),
                     static_cast<unsigned long long>(w["rounds_completed_from_held_data"].get<uint64_t>()),
@@ -68,7 +69,7 @@ std::string format_network_status(const std::filesystem::path& store_dir, int64_
       out += line;
     }
   }
-  out += "  (regroups: epochs this worker formed after its first; redone / held: rounds a failure interrupted, "
+  out += "  (streamed: rounds whose buckets went out during backward; regroups: epochs this worker formed after its first; redone / held: rounds a failure interrupted, "
          "all-reduced again / completed from the data every member held; forming s: seconds spent forming epochs; "
          "silent: no update for a minute)\n";
   return out;

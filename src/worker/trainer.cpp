@@ -222,7 +222,8 @@ bool Trainer::another_fits(Clock::time_point box_opened, Clock::time_point first
   return seconds_since(box_opened) + seconds_since(first_unit) / static_cast<double>(done) <= config_.round_seconds;
 }
 
-Trainer::LocalGradient Trainer::compute_gradient(const BatchSampler& sampler, int64_t micro_batch) {
+Trainer::LocalGradient Trainer::compute_gradient(const BatchSampler& sampler, int64_t micro_batch,
+                                                 const BeforeLastBackward& before_last_backward) {
   flat_->zero_grad();
   const int64_t accum = config_.grad_accum;  // time-boxed per-step rounds: the most they take
   const bool boxed = config_.round_seconds > 0 && config_.sync == SyncMode::gradient;
@@ -239,6 +240,9 @@ Trainer::LocalGradient Trainer::compute_gradient(const BatchSampler& sampler, in
       loss = model::language_model_loss(model_->forward(inputs), targets);
     }
     loss_sum += loss.item<double>();
+    if (before_last_backward && micro + 1 == accum)
+      before_last_backward(loss_sum / static_cast<double>(accum),
+                           static_cast<uint64_t>(accum * micro_batch * sampler.block_size()));
     (loss * (loss_scale_ / static_cast<double>(accum))).backward();
     ++micro;
     if (boxed && !another_fits(start, start, micro)) break;
@@ -292,8 +296,13 @@ double Trainer::train_step(double lr) {
   // A follower (joining, catching up) only applies the agreed average: no gradient needed.
   const bool contributes = !exchange_ || overlap_ || exchange_->will_contribute(round);
   LocalGradient local;
-  if (!contributes) flat_->zero_grad();
-  else local = emulated_.empty() ? compute_gradient(*train_sampler_, config_.micro_batch) : emulated_gradient();
+  if (!contributes) {
+    flat_->zero_grad();
+  } else if (backward_stream_) {
+    if (std::optional<exchange::RoundResult> result = streamed_round(round, local)) return apply_round(*result, round, lr);
+  } else {
+    local = emulated_.empty() ? compute_gradient(*train_sampler_, config_.micro_batch) : emulated_gradient();
+  }
   if (!exchange_) {
     tokens_ += static_cast<int64_t>(local.tokens);
     apply_gradient(lr, loss_scale_);
@@ -329,6 +338,24 @@ double Trainer::train_step(double lr) {
     return exchange_->all_reduce(round, send.data_ptr<float>(), static_cast<size_t>(send.numel()), mine);
   });
   return loss;
+}
+
+std::optional<exchange::RoundResult> Trainer::streamed_round(uint64_t round, LocalGradient& local) {
+  std::unique_ptr<exchange::StreamedRound> streamed;
+  torch::Tensor grads = flat_->grads();
+  local = compute_gradient(*train_sampler_, config_.micro_batch, [&](double loss, uint64_t tokens) {
+    streamed = exchange_->begin_streamed_round(round, grads.data_ptr<float>(), static_cast<size_t>(grads.numel()),
+                                               backward_stream_->parts(), {tokens, loss, false},
+                                               static_cast<float>(1.0 / loss_scale_));
+    backward_stream_->attach(streamed.get());
+  });
+  backward_stream_->detach();
+  if (!streamed) {
+    // The exchange cannot stream: the gradient is computed, and goes the usual way from now on.
+    backward_stream_.reset();
+    return std::nullopt;
+  }
+  return waiting_on_exchange([&] { return streamed->finish(); });
 }
 
 torch::Tensor& Trainer::host_buffer(size_t i, const torch::Tensor& like) {
@@ -415,6 +442,10 @@ void Trainer::attach_exchange(std::unique_ptr<exchange::GradientExchange> exchan
   GB_REQUIRE(emulated_.empty(), "--emulate-workers: not with a shared folder");
   exchange_ = std::move(exchange);
   overlap_ = overlap;
+  // Per-step rounds that are neither one step late nor time-boxed may stream with backward.
+  const bool boxed = config_.round_seconds > 0;
+  if (!overlap && !boxed && flat_->grads().is_cpu())
+    backward_stream_ = std::make_unique<BackwardStream>(*model_, *flat_);
   logger().info(str("exchange: ", exchange_->describe(), overlap ? ", overlapped with the next step (one-step-delayed update)" : ""));
 }
 

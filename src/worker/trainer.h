@@ -13,6 +13,7 @@
 #include "exchange/gradient_exchange.h"
 #include "exchange/live_control.h"
 #include "model/causal_lm.h"
+#include "worker/backward_stream.h"
 #include "worker/batch_sampler.h"
 #include "worker/flat_parameters.h"
 #include "worker/lr_schedule.h"
@@ -81,7 +82,14 @@ class Trainer {
     uint64_t tokens = 0;
   };
   // Fills flat grads with the mean gradient of this step's batches from `sampler`.
-  LocalGradient compute_gradient(const BatchSampler& sampler, int64_t micro_batch);
+  // `before_last_backward(loss, tokens)`, when given, runs between the last micro-batch's
+  // forward and backward passes (with the step's mean loss and tokens): a streamed round opens
+  // there (Note [Backward overlap]).
+  using BeforeLastBackward = std::function<void(double loss, uint64_t tokens)>;
+  LocalGradient compute_gradient(const BatchSampler& sampler, int64_t micro_batch,
+                                 const BeforeLastBackward& before_last_backward = {});
+  // This step's round streamed with its backward pass, when the exchange can (nullopt: it cannot).
+  std::optional<exchange::RoundResult> streamed_round(uint64_t round, LocalGradient& local);
   // --emulate-workers: each emulated worker's gradient, token-weighted as the exchange sums them.
   LocalGradient emulated_gradient();
   // --sync diloco (Note [DiLoCo rounds] in worker/outer_optimizer.h).
@@ -158,6 +166,7 @@ class Trainer {
   std::vector<EmulatedWorker> emulated_;
   std::vector<BatchSampler> emulated_samplers_;
   bool overlap_ = false;
+  std::unique_ptr<BackwardStream> backward_stream_;  // per-step rounds on host gradients
   torch::Tensor exchange_buffers_[2];  // host copies handed to the exchange
   torch::Tensor& host_buffer(size_t i, const torch::Tensor& like);  // exchange_buffers_[i], sized as like
   std::future<exchange::RoundResult> pending_round_;

@@ -11,6 +11,8 @@
 #include <map>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "cli_fixture.h"
 #include "process.h"
 
@@ -83,8 +85,11 @@ TEST_F(TransportTest, C10dReplicasAreIdenticalAndTrackTheFolderArithmetic) {
   const fs::path base = dir("c10d_parity");
   const int steps = 30;
   const std::vector<Worker> workers = {{"a", 4}, {"b", 2}, {"c", 3}};
-  for (const auto& [name, code] : run_c10d(base, workers, steps))
+  // Small buckets, so that each round is many all-reduces started as backward finishes them.
+  for (const auto& [name, code] : run_c10d(base, workers, steps, {"--c10d-bucket-mb", "0.02"}))
     ASSERT_EQ(code, 0) << name << "\n" << read_bytes(base / (name + ".log"));
+  for (const auto& entry : fs::directory_iterator(base / "shared" / "c10d" / "status"))
+    EXPECT_EQ(nlohmann::json::parse(read_bytes(entry.path()))["rounds_streamed"].get<int>(), steps) << entry.path();
   const std::string model_a = read_bytes(final_checkpoint(base / "a", steps) / "model.safetensors");
   ASSERT_FALSE(model_a.empty());
   for (const Worker& w : workers) {
@@ -235,6 +240,25 @@ TEST_F(HybridTest, WhenALeaderDiesTheNextMemberLeadsItsGroupInTheFolder) {
     EXPECT_EQ(read_bytes(final_checkpoint(base / name, steps) / "model.safetensors"), model) << name;
 }
 
+TEST_F(TransportTest, MembersThatDisagreeOnOverlappingBackwardStopWithAClearError) {
+  // b sends its rounds whole, a streams them with backward: their buckets differ, and summing
+  // them would mix unrelated bytes; both stop at the first round and say why.
+  const fs::path base = dir("c10d_disagree");
+  fs::create_directories(base / "shared");
+  std::map<std::string, pid_t> pids;
+  for (const std::string name : {"a", "b"}) {
+    std::vector<std::string> argv = tiny(base / name, 5);
+    argv.insert(argv.end(), {"--shared", (base / "shared").string(), "--worker", name, "--peers", "a,b", "--transport",
+                             "c10d", "--c10d-interface", "lo", "--c10d-overlap-backward", name == "a" ? "true" : "false"});
+    pids[name] = start_process(argv, base / (name + ".log"));
+  }
+  for (const auto& [name, pid] : pids) {
+    EXPECT_NE(wait_process(pid), 0) << name;
+    EXPECT_TRUE(contains(read_bytes(base / (name + ".log")), "split round 1 into different buckets"))
+        << read_bytes(base / (name + ".log"));
+  }
+}
+
 TEST_F(TransportTest, BadTransportFlagsAreRefusedByName) {
   const fs::path shared = dir("c10d_bad_shared");
   fs::create_directories(shared);
@@ -248,6 +272,10 @@ TEST_F(TransportTest, BadTransportFlagsAreRefusedByName) {
   r = run_process(train(dir("c10d_bad3"), {"--shared", shared.string(), "--worker", "a", "--transport", "hybrid"}));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_TRUE(contains(r.output, "--transport hybrid: --c10d-group NAME is required")) << r.output;
+  r = run_process(train(dir("c10d_bad4"), {"--shared", shared.string(), "--worker", "a", "--transport", "c10d",
+                                           "--c10d-bucket-mb", "0"}));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(contains(r.output, "--c10d-bucket-mb 0: expected more than 0")) << r.output;
 }
 
 }  // namespace

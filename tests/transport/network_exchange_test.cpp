@@ -13,7 +13,9 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <algorithm>
 #include <map>
+#include <random>
 #include <thread>
 
 #include "exchange/token_weighted_sum.h"
@@ -48,6 +50,39 @@ fs::path result_path(const fs::path& dir, const std::string& worker, uint64_t ro
 
 // The precision on the wire of the next cluster (set before it forks).
 WireDtype g_wire = WireDtype::fp32;
+// Which workers stream their rounds (begin_streamed_round, as a per-step trainer does), and
+// which all_reduce them whole.
+std::vector<std::string> g_streaming;
+
+// A streamed round as backward makes it: ten parts, last first; each part's values appear in
+// the buffer only when the part is reported (NaN until then, so a bucket read early poisons the
+// round), times a loss scale of 4 that the round undoes. Each worker reports its parts in its
+// own order: a in the expected one, b reversed, c shuffled per round. The `kill` stage
+// "backward" kills after half the parts.
+exchange::RoundResult streamed_round(NetworkExchange& exchange, const std::string& worker, uint64_t round,
+                                     std::vector<float>& g, const Kill& kill) {
+  const std::vector<float> truth = gradient(worker, round);
+  std::vector<exchange::Span> parts;
+  for (size_t end = kElements; end > 0; end -= kElements / 10) parts.push_back({end - kElements / 10, end});
+  g.assign(kElements, std::numeric_limits<float>::quiet_NaN());
+  auto stream = exchange.begin_streamed_round(round, g.data(), g.size(), parts, {kTokens.at(worker), 2.0}, 0.25f);
+  std::vector<size_t> order(parts.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  if (worker == "b") std::reverse(order.begin(), order.end());
+  if (worker == "c") std::shuffle(order.begin(), order.end(), std::mt19937(static_cast<unsigned>(round)));
+  for (size_t k = 0; k < order.size(); ++k) {
+    const exchange::Span part = parts[order[k]];
+    for (size_t i = part.begin; i < part.end; ++i) g[i] = truth[i] * 4.0f;
+    stream->part_ready(order[k]);
+    if (k == order.size() / 2 && worker == kill.worker && round == kill.round && kill.stage == "backward")
+      ::raise(kill.signal);
+  }
+  return stream->finish();
+}
+
+bool streams_any(const std::string& worker) {
+  return std::find(g_streaming.begin(), g_streaming.end(), worker) != g_streaming.end();
+}
 
 [[noreturn]] void run_worker(const fs::path& dir, const std::string& worker, const Kill& kill) {
   try {
@@ -70,16 +105,21 @@ WireDtype g_wire = WireDtype::fp32;
     exchange.join(dir, -1);
     for (uint64_t round = 1; round <= kRounds; ++round) {
       std::vector<float> g = gradient(worker, round);
-      const exchange::RoundResult r = exchange.all_reduce(round, g.data(), g.size(), {kTokens.at(worker), 2.0});
+      const exchange::RoundResult r = streams_any(worker) ? streamed_round(exchange, worker, round, g, kill)
+                                              : exchange.all_reduce(round, g.data(), g.size(), {kTokens.at(worker), 2.0});
+      if (r.skip) throw std::runtime_error("round " + std::to_string(round) + " skipped: a non-finite input");
       std::ofstream out(result_path(dir, worker, round), std::ios::binary);
       const double meta[3] = {static_cast<double>(r.tokens), static_cast<double>(r.contributors), r.wait_seconds};
       out.write(reinterpret_cast<const char*>(meta), sizeof(meta));
       out.write(reinterpret_cast<const char*>(g.data()), static_cast<std::streamsize>(g.size() * sizeof(float)));
     }
+    if (exchange.stats().rounds_streamed != (streams_any(worker) ? kRounds : 0) && kill.worker.empty())
+      throw std::runtime_error("streamed " + std::to_string(exchange.stats().rounds_streamed) + " rounds");
     exchange.leave();
     ::_exit(0);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "worker %s: %s\n", worker.c_str(), e.what());
+    std::ofstream(dir / (worker + ".error")) << e.what();
     ::_exit(1);
   }
 }
@@ -166,6 +206,7 @@ class NetworkExchangeTest : public ::testing::Test {
 
   void TearDown() override {
     g_wire = WireDtype::fp32;
+    g_streaming.clear();
     fs::remove_all(dir_);
   }
 
@@ -268,6 +309,49 @@ TEST_F(NetworkExchangeTest, TheFirstMemberDyingTakesNothingWithIt) {
   EXPECT_EQ(WEXITSTATUS(status.at("c")), 0);
   expect_round(1, {"b", "c"}, kWorkers);
   for (uint64_t round = 2; round <= kRounds; ++round) expect_round(round, {"b", "c"}, {"b", "c"});
+}
+
+TEST_F(NetworkExchangeTest, StreamedRoundsInAnyReadyOrderGiveIdenticalBytesThatMatchTheFolderAverage) {
+  g_streaming = kWorkers;
+  const auto status = run_cluster(dir_, {});
+  for (const auto& [w, s] : status) EXPECT_TRUE(WIFEXITED(s) && WEXITSTATUS(s) == 0) << w;
+  // The loss scale (4, a power of two) comes out exactly, so the fp32 bound holds as it is.
+  for (uint64_t round = 1; round <= kRounds; ++round) expect_round(round, kWorkers, kWorkers);
+}
+
+TEST_F(NetworkExchangeTest, AWorkerKilledMidBackwardIsLeftOutAndTheOthersRedoTheRoundFromTheirKeptInput) {
+  // c dies with half its parts reported (some of its buckets on the wire, the rest never): a and
+  // b lack the round's data, so they redo it, unscaled, from what they kept.
+  g_streaming = kWorkers;
+  const auto status = run_cluster(dir_, {"c", 3, "backward"});
+  EXPECT_TRUE(WIFSIGNALED(status.at("c")) && WTERMSIG(status.at("c")) == SIGKILL);
+  EXPECT_EQ(WEXITSTATUS(status.at("a")), 0);
+  EXPECT_EQ(WEXITSTATUS(status.at("b")), 0);
+  for (uint64_t round = 1; round <= 2; ++round) expect_round(round, {"a", "b"}, kWorkers);
+  for (uint64_t round = 3; round <= kRounds; ++round) expect_round(round, {"a", "b"}, {"a", "b"});
+}
+
+TEST_F(NetworkExchangeTest, AStreamedRoundWhoseAckFailsCompletesFromTheHeldData) {
+  g_streaming = kWorkers;
+  const auto status = run_cluster(dir_, {"c", 3, "ack"});
+  EXPECT_TRUE(WIFSIGNALED(status.at("c")));
+  EXPECT_EQ(WEXITSTATUS(status.at("a")), 0);
+  EXPECT_EQ(WEXITSTATUS(status.at("b")), 0);
+  for (uint64_t round = 1; round <= 3; ++round) expect_round(round, {"a", "b"}, kWorkers);
+  for (uint64_t round = 4; round <= kRounds; ++round) expect_round(round, {"a", "b"}, {"a", "b"});
+}
+
+TEST_F(NetworkExchangeTest, MembersThatCutARoundDifferentlyAllStopWithAClearError) {
+  // c sends its rounds whole while a and b stream them: their buckets differ, so summing them
+  // would mix unrelated bytes. The header's plan fingerprints tell, and everyone stops.
+  g_streaming = {"a", "b"};
+  const auto status = run_cluster(dir_, {});
+  for (const std::string& w : kWorkers) {
+    EXPECT_TRUE(WIFEXITED(status.at(w)) && WEXITSTATUS(status.at(w)) == 1) << w;
+    std::ifstream in(dir_ / (w + ".error"));
+    const std::string error((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(error.find("split round 1 into different buckets"), std::string::npos) << w << ": " << error;
+  }
 }
 
 }  // namespace
