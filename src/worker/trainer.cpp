@@ -344,9 +344,12 @@ std::optional<exchange::RoundResult> Trainer::streamed_round(uint64_t round, Loc
   std::unique_ptr<exchange::StreamedRound> streamed;
   torch::Tensor grads = flat_->grads();
   local = compute_gradient(*train_sampler_, config_.micro_batch, [&](double loss, uint64_t tokens) {
-    streamed = exchange_->begin_streamed_round(round, grads.data_ptr<float>(), static_cast<size_t>(grads.numel()),
-                                               backward_stream_->parts(), {tokens, loss, false},
-                                               static_cast<float>(1.0 / loss_scale_));
+    // Its header waits for every member to arrive: exchange time, as the round's end is.
+    streamed = waiting_on_exchange([&] {
+      return exchange_->begin_streamed_round(round, grads.data_ptr<float>(), static_cast<size_t>(grads.numel()),
+                                             backward_stream_->parts(), {tokens, loss, false},
+                                             static_cast<float>(1.0 / loss_scale_));
+    });
     backward_stream_->attach(streamed.get());
   });
   backward_stream_->detach();

@@ -171,6 +171,24 @@ TEST_F(TransportTest, DilocoRoundsGoOverC10dToo) {
   EXPECT_LT(curve.back(), curve.front() - 0.3);
 }
 
+TEST_F(TransportTest, ADilocoWorkerKilledDuringInnerStepsIsLeftOutBetweenRounds) {
+  // c dies in the middle of a round's inner steps. a and b are busy with theirs: whichever
+  // reaches the round's end first finds c gone (its heartbeat stale) and forms the next epoch;
+  // the other enters it between two inner steps (NetworkExchange::between_rounds) or at the
+  // round's barrier, and the run goes on without c.
+  const fs::path base = dir("c10d_diloco_kill");
+  const int steps = 60;
+  const std::vector<Worker> workers = {{"a", 4}, {"b", 2}, {"c", 3}};
+  const auto codes = run_c10d(base, workers, steps, {"--sync", "diloco", "--inner-steps", "10"}, "c", "step 20/");
+  EXPECT_EQ(codes.at("c"), 128 + SIGKILL);
+  for (const std::string name : {"a", "b"}) {
+    ASSERT_EQ(codes.at(name), 0) << name << "\n" << read_bytes(base / (name + ".log"));
+    EXPECT_TRUE(contains(read_bytes(base / (name + ".log")), "group epoch 1: a,b")) << read_bytes(base / (name + ".log"));
+  }
+  EXPECT_EQ(read_bytes(final_checkpoint(base / "a", steps) / "model.safetensors"),
+            read_bytes(final_checkpoint(base / "b", steps) / "model.safetensors"));
+}
+
 // Two groups of two, each averaging over c10d, the groups meeting through the cloud-folder
 // simulator (lag and faults on) as one worker each.
 class HybridTest : public TransportTest {
