@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <sstream>
 
@@ -376,9 +377,11 @@ exchange::RoundResult NetworkExchange::finish_round(uint64_t round, float* grad,
         if (config_.before_stage) config_.before_stage("arrive", round);
         arrive(str("r", round));
         open_round(round, mine);
-        for (size_t b = 0; b < plan_.buckets.size(); ++b)
+        // Each bucket goes out as soon as it is filled, while the next one is.
+        for (size_t b = 0; b < plan_.buckets.size(); ++b) {
           if (chunks_left_[b] > 0) chunks_left_[b] = 0, bucket_ready(b);
-        send_ready();
+          send_ready();
+        }
         result = close_round(round);
       }
       result.wait_seconds = clock_.now_s() - start_s;
@@ -417,22 +420,27 @@ void NetworkExchange::open_round(uint64_t round, const exchange::LocalContributi
 }
 
 void NetworkExchange::bucket_ready(size_t bucket) {
-  // Keep the input (a failed round is redone from it), note a non-finite value, and weight it.
-  // A bucket kept by an earlier attempt of the round holds the average or the input already.
-  if (!kept_[bucket]) {
-    const exchange::Span span = plan_.buckets[bucket];
-    bool finite = true;
-    for (size_t i = span.begin; i < span.end; ++i) {
-      const float x = grad_[i] * scale_;
-      input_[i] = x;
-      finite &= std::fabs(x) <= std::numeric_limits<float>::max();
-    }
-    overflow_ = overflow_ || !finite;
-    kept_[bucket] = true;
-  }
-  if (!sending_) return;
+  // Keep the input (a failed round is redone from it), note a non-finite value, and weight it,
+  // in one pass. A bucket kept by an earlier attempt of the round holds its input already.
   const exchange::Span span = plan_.buckets[bucket];
-  for (size_t i = span.begin; i < span.end; ++i) grad_[i] = input_[i] * weight_;
+  float* grad = grad_;
+  float* input = input_.data();
+  if (!kept_[bucket]) {
+    const float scale = scale_, weight = sending_ ? weight_ : 1.0f;
+    uint32_t exponents = 0;  // all ones in some element's exponent: an Inf or a NaN
+    for (size_t i = span.begin; i < span.end; ++i) {
+      const float x = grad[i] * scale;
+      uint32_t bits;
+      std::memcpy(&bits, &x, sizeof bits);
+      exponents |= ((bits & 0x7f800000u) == 0x7f800000u) ? 1u : 0u;
+      input[i] = x;
+      if (sending_) grad[i] = x * weight;
+    }
+    overflow_ = overflow_ || exponents != 0;
+    kept_[bucket] = true;
+  } else if (sending_) {
+    for (size_t i = span.begin; i < span.end; ++i) grad[i] = input[i] * weight_;
+  }
 }
 
 void NetworkExchange::send_ready() {
