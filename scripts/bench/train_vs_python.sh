@@ -3,6 +3,7 @@
 # in a plain Python PyTorch loop (scripts/bench/train_python.py, same torch), run side by side
 # and alternated REPEATS times; prints medians and C++/Python ratios.
 #   scripts/bench/train_vs_python.sh            (needs ../shared/data/gpt2 or GPT2_DIR)
+#   GRADBOX_FLAGS="--lm-head-chunk 128" ONLY=1 scripts/bench/train_vs_python.sh   (extra gradbox flags)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 G=build/bin/gradbox
@@ -36,7 +37,7 @@ for config in "${CONFIGS[@]}"; do
     run="$W/run_${name}_$rep"; rm -rf "$run"
     /usr/bin/time -f "%M" -o "$W/rss" "$G" --log-level warn train --data "$W/$data" --out "$run" --model "$preset" \
       --block-size "$block" --micro-batch "$batch" --max-steps $((timed + warmup)) --warmup-steps 10 \
-      --eval-interval 0 --checkpoint-interval -1 --threads "$THREADS"
+      --eval-interval 0 --checkpoint-interval -1 --threads "$THREADS" ${GRADBOX_FLAGS:-}
     tps=$("$PY" -c "
 import json, statistics, sys
 s = [json.loads(l)['step_seconds'] for l in open('$run/metrics.jsonl') if 'step_seconds' in l][$warmup:]

@@ -15,6 +15,7 @@
 #include "transport/hybrid_exchange.h"
 #include "transport/network_exchange.h"
 #include "mirror/sync_contract.h"
+#include "worker/memory_plan.h"
 #include "worker/sidecar.h"
 #include "worker/trainer.h"
 
@@ -305,8 +306,9 @@ void group_train_flags(CLI::App* cmd) {
   static const std::vector<std::pair<std::string, std::vector<std::string>>> kGroups = {
       {"Start here", {"--help", "--help-all", "--config", "--data", "--out", "--model", "--max-steps", "--device"}},
       {"Model and batch",
-       {"--init-from", "--micro-batch", "--block-size", "--grad-accum", "--dropout", "--activation-checkpointing",
-        "--precision", "--threads", "--local-workers", "--seed", "--emulate-workers"}},
+       {"--init-from", "--micro-batch", "--block-size", "--grad-accum", "--dropout", "--activation-checkpointing", "--lm-head-chunk",
+        "--precision", "--threads", "--local-workers", "--seed", "--emulate-workers", "--memory-report",
+        "--memory-budget-gb"}},
       {"Optimizer",
        {"--optimizer", "--lr", "--min-lr", "--warmup-steps", "--weight-decay", "--beta1", "--beta2", "--eps",
         "--grad-clip"}},
@@ -339,6 +341,38 @@ void group_train_flags(CLI::App* cmd) {
     GB_CHECK(grouped.count(option->get_name()) > 0, "train flag ", option->get_name(), " has no --help heading");
 }
 
+// --memory-report (Note [Memory plan] in worker/memory_plan.h): the plan of this run's step, against
+// --memory-budget-gb (a T4: 15), or the host's memory on the CPU.
+void print_memory_report(const worker::TrainConfig& config, const SharedFlags& shared, double budget_gb) {
+  config.validate();
+  // The device is planned for, not used: a T4's plan can be made on a laptop.
+  const bool cuda = config.device.rfind("cuda", 0) == 0 || (config.device == "auto" && torch::cuda::is_available());
+  const std::string device = config.device == "auto" ? (cuda ? "cuda" : "cpu") : config.device;
+  worker::MemoryPlanInputs in;
+  const data::DatasetInfo data = data::read_dataset_info(config.data_dir);
+  in.model = worker::resolve_model_config(config, data);
+  in.micro_batch = config.micro_batch;
+  in.block_size = in.model.block_size;
+  in.cuda = cuda;
+  in.precision = config.precision != worker::Precision::auto_select ? config.precision
+                 : cuda                                          ? worker::Precision::bf16
+                                                                 : worker::Precision::fp32;
+  GB_REQUIRE(cuda || in.precision == worker::Precision::fp32, "--precision ", worker::to_string(in.precision),
+             ": needs a CUDA device (on CPU use fp32)");
+  in.optimizer = config.optimizer;
+  const auto checkpointing = model::ActivationCheckpointing::parse(config.activation_checkpointing);
+  for (int64_t layer = 0; layer < in.model.n_layer; ++layer) in.checkpointed_layers += checkpointing.applies_to(layer, in.model.n_layer);
+  in.lm_head_chunk = config.lm_head_chunk;
+  in.diloco = config.sync == worker::SyncMode::diloco;
+  in.exchange = !shared.shared.empty();
+  in.overlap = shared.overlap;
+  double capacity = budget_gb * 1024.0 * 1024.0 * 1024.0;
+  if (capacity <= 0 && !in.cuda) capacity = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGE_SIZE));
+  const worker::MemoryPlan plan = worker::plan_memory(in);
+  std::fputs(worker::format_memory_plan(plan, in, capacity, device).c_str(), stdout);
+  if (capacity <= 0) std::puts("  (give --memory-budget-gb, e.g. 15 for a T4, for a verdict)");
+}
+
 }  // namespace
 
 void add_train_command(CLI::App& app) {
@@ -347,6 +381,12 @@ void add_train_command(CLI::App& app) {
   auto config_file = std::make_shared<std::string>();
   auto stop_at_step = std::make_shared<int64_t>(0);
   cmd->add_option("--config", *config_file, "JSON file with train settings; flags override it");
+  auto memory_report = std::make_shared<bool>(false);
+  auto memory_budget_gb = std::make_shared<double>(0);
+  cmd->add_flag("--memory-report", *memory_report,
+                "Print what a step of this run keeps in memory, part by part, and whether it fits; then exit");
+  cmd->add_option("--memory-budget-gb", *memory_budget_gb,
+                  "--memory-report: the device's memory in GiB (15 for a T4); default: the host's memory on the CPU");
   flags->add_parsed<std::filesystem::path>("--data", &worker::TrainConfig::data_dir, "", to_path,
                                            "Prepared data folder (gradbox prepare)");
   flags->add_parsed<std::filesystem::path>("--out", &worker::TrainConfig::out_dir, "runs/default", to_path,
@@ -371,6 +411,8 @@ void add_train_command(CLI::App& app) {
   flags->add("--dropout", &worker::TrainConfig::dropout, "Dropout probability");
   flags->add("--activation-checkpointing", &worker::TrainConfig::activation_checkpointing,
              "none, alternate, first_last, all or custom:0,3,5");
+  flags->add("--lm-head-chunk", &worker::TrainConfig::lm_head_chunk,
+             "LM head and cross-entropy this many token positions at a time, never all logits at once (0: off)");
   flags->add("--eval-interval", &worker::TrainConfig::eval_interval, "Steps between validation runs (0: never)");
   flags->add("--eval-batches", &worker::TrainConfig::eval_batches, "Micro-batches per validation run");
   flags->add("--checkpoint-interval", &worker::TrainConfig::checkpoint_interval, "Steps between checkpoints (0: end only, -1: never)");
@@ -408,7 +450,7 @@ void add_train_command(CLI::App& app) {
   add_shared_flags(cmd, *shared);
   group_train_flags(cmd);
 
-  cmd->callback([flags, config_file, stop_at_step, shared] {
+  cmd->callback([flags, config_file, stop_at_step, shared, memory_report, memory_budget_gb] {
     worker::TrainConfig config;
     if (!config_file->empty()) {
       config = worker::TrainConfig::from_json(read_json_file(*config_file), *config_file);
@@ -421,6 +463,7 @@ void add_train_command(CLI::App& app) {
       config.worker = shared->worker;
     }
 
+    if (*memory_report) return print_memory_report(config, *shared, *memory_budget_gb);
     worker::Trainer trainer(config);
     std::unique_ptr<worker::Sidecar> syncer;
     if (many) {

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "common/error.h"
+#include "model/chunked_lm_loss.h"
 #include "model/gpt2.h"
 #include "model/llama.h"
 
@@ -100,6 +101,15 @@ std::shared_ptr<CausalLM> make_model(const ModelConfig& config, uint64_t seed) {
   }
   GB_CHECK(false, "unknown arch ", static_cast<int>(config.arch));
   return nullptr;
+}
+
+torch::Tensor CausalLM::forward(const torch::Tensor& idx) {
+  return torch::nn::functional::linear(hidden(idx), head_weight());
+}
+
+torch::Tensor CausalLM::loss(const torch::Tensor& idx, const torch::Tensor& targets, int64_t head_chunk_rows) {
+  if (head_chunk_rows <= 0) return language_model_loss(forward(idx), targets);
+  return chunked_lm_loss(hidden(idx), head_weight(), targets, head_chunk_rows);
 }
 
 torch::Tensor language_model_loss(const torch::Tensor& logits, const torch::Tensor& targets) {

@@ -22,7 +22,14 @@ class CausalLM : public torch::nn::Module {
   explicit CausalLM(ModelConfig config);
 
   // (B, T) int64 token ids -> (B, T, vocab_size) logits, float.
-  virtual torch::Tensor forward(const torch::Tensor& idx) = 0;
+  torch::Tensor forward(const torch::Tensor& idx);
+  // (B, T) int64 token ids -> (B, T, n_embd): the final norm's output, the LM head's input.
+  virtual torch::Tensor hidden(const torch::Tensor& idx) = 0;
+  // The LM head's weight (vocab_size, n_embd): the token embedding when they are tied.
+  virtual torch::Tensor head_weight() = 0;
+  // Mean cross-entropy of the next tokens: language_model_loss(forward(idx), targets), or with
+  // head_chunk_rows > 0 the chunked head (Note [Chunked LM head] in chunked_lm_loss.h).
+  torch::Tensor loss(const torch::Tensor& idx, const torch::Tensor& targets, int64_t head_chunk_rows = 0);
   // Dropout probability of every dropout site; takes effect from the next forward.
   virtual void set_dropout(double p) = 0;
   // Which blocks recompute activations in backward (Note [Activation checkpointing] in

@@ -84,7 +84,7 @@ GPT2LMHeadModel::GPT2LMHeadModel(const ModelConfig& config, uint64_t seed)
   init_weights(seed, {".attn.c_proj.weight", ".mlp.c_proj.weight"});
 }
 
-torch::Tensor GPT2LMHeadModel::forward(const torch::Tensor& idx) {
+torch::Tensor GPT2LMHeadModel::hidden(const torch::Tensor& idx) {
   GB_CHECK(idx.dim() == 2 && idx.scalar_type() == torch::kLong, "idx must be (B, T) int64, got ",
            idx.sizes(), " ", idx.scalar_type());
   const int64_t T = idx.size(1);
@@ -102,9 +102,10 @@ torch::Tensor GPT2LMHeadModel::forward(const torch::Tensor& idx) {
       x = block->forward(x);
     }
   }
-  x = transformer_->ln_f(x);
-  return F::linear(x, transformer_->wte->weight);                 // (B, T, V), tied head
+  return transformer_->ln_f(x);
 }
+
+torch::Tensor GPT2LMHeadModel::head_weight() { return transformer_->wte->weight; }  // tied
 
 void GPT2LMHeadModel::set_dropout(double p) {
   GB_REQUIRE(p >= 0.0 && p < 1.0, "dropout must be in [0, 1), got ", p);

@@ -61,7 +61,8 @@ class GPT2LMHeadModel : public CausalLM {
  public:
   GPT2LMHeadModel(const ModelConfig& config, uint64_t seed);
 
-  torch::Tensor forward(const torch::Tensor& idx) override;
+  torch::Tensor hidden(const torch::Tensor& idx) override;
+  torch::Tensor head_weight() override;
   void set_dropout(double p) override;
   std::vector<std::pair<std::string, torch::Tensor>> hf_state_dict() const override;
   // Also accepts GPT2Model checkpoints (names without "transformer.", like the original

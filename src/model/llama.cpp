@@ -129,7 +129,7 @@ const RotaryTables& LlamaForCausalLM::rope_for(int64_t T, torch::Device device) 
   return rope_cache_;
 }
 
-torch::Tensor LlamaForCausalLM::forward(const torch::Tensor& idx) {
+torch::Tensor LlamaForCausalLM::hidden(const torch::Tensor& idx) {
   GB_CHECK(idx.dim() == 2 && idx.scalar_type() == torch::kLong, "idx must be (B, T) int64, got ",
            idx.sizes(), " ", idx.scalar_type());
   torch::Tensor x = model_->embed_tokens(idx);                           // (B, T, C)
@@ -143,8 +143,11 @@ torch::Tensor LlamaForCausalLM::forward(const torch::Tensor& idx) {
       x = layer->forward(x, rope);
     }
   }
-  x = model_->norm->forward(x);
-  return config_.tie_embeddings ? F::linear(x, model_->embed_tokens->weight) : lm_head_(x);
+  return model_->norm->forward(x);
+}
+
+torch::Tensor LlamaForCausalLM::head_weight() {
+  return config_.tie_embeddings ? model_->embed_tokens->weight : lm_head_->weight;
 }
 
 void LlamaForCausalLM::set_dropout(double p) {

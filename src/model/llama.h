@@ -80,7 +80,8 @@ class LlamaForCausalLM : public CausalLM {
   LlamaForCausalLM(const ModelConfig& config, uint64_t seed);
 
   // No fixed limit on T (positions are rotary), but block_size is what it was trained for.
-  torch::Tensor forward(const torch::Tensor& idx) override;
+  torch::Tensor hidden(const torch::Tensor& idx) override;
+  torch::Tensor head_weight() override;
   void set_dropout(double p) override;
   std::vector<std::pair<std::string, torch::Tensor>> hf_state_dict() const override;
   // Also accepts the rotary inv_freq buffers older transformers saved, and a stored copy of a

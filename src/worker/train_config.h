@@ -42,6 +42,7 @@ struct TrainConfig {
   double grad_clip = 1.0;  // global norm; 0 disables
   double dropout = 0.0;
   std::string activation_checkpointing = "none";
+  int64_t lm_head_chunk = 0;  // token positions per block of the chunked LM head (0: unchunked)
 
   // Evaluation, checkpoints, logging.
   int64_t eval_interval = 200;  // 0 disables validation

@@ -237,7 +237,7 @@ Trainer::LocalGradient Trainer::compute_gradient(const BatchSampler& sampler, in
     torch::Tensor loss;
     {
       AutocastScope autocast(runtime_);
-      loss = model::language_model_loss(model_->forward(inputs), targets);
+      loss = model_->loss(inputs, targets, config_.lm_head_chunk);
     }
     loss_sum += loss.item<double>();
     if (before_last_backward && micro + 1 == accum)
@@ -465,8 +465,8 @@ double Trainer::evaluate() {
   for (int64_t i = 0; i < config_.eval_batches; ++i) {
     Batch batch = val_sampler_->batch(i, config_.micro_batch);
     AutocastScope autocast(runtime_);
-    total += model::language_model_loss(model_->forward(batch.inputs.to(runtime_.device)),
-                                        batch.targets.to(runtime_.device)).item<double>();
+    total += model_->loss(batch.inputs.to(runtime_.device), batch.targets.to(runtime_.device), config_.lm_head_chunk)
+                 .item<double>();
   }
   model_->train();
   return total / static_cast<double>(config_.eval_batches);

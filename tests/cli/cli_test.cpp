@@ -38,6 +38,32 @@ TEST_F(CliTest, LossFallsOnRealText) {
   EXPECT_TRUE(fs::exists(run / "checkpoints" / "step_00000080" / "manifest.json"));
 }
 
+// Note [Chunked LM head] end to end: the same run with and without it learns the same curve (the
+// sums' order differs, so to rounding), and --memory-report shows the plan without training.
+TEST_F(CliTest, AChunkedHeadTrainsTheSameCurveAndTheMemoryReportShowsThePlan) {
+  const fs::path full = dir("head_full"), chunked = dir("head_chunked");
+  ProcessResult a = run_process(train(full, {"--max-steps", "20", "--dropout", "0"}));
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  ProcessResult b = run_process(train(chunked, {"--max-steps", "20", "--dropout", "0", "--lm-head-chunk", "40"}));
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  const std::vector<double> x = losses(full), y = losses(chunked);
+  ASSERT_EQ(x.size(), 20u);
+  ASSERT_EQ(y.size(), 20u);
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(x[i], y[i], 1e-4) << "step " << i + 1;
+  EXPECT_LT(y.back(), y.front() - 0.3);
+
+  const fs::path report = dir("memory_report");
+  ProcessResult r = run_process(train(report, {"--lm-head-chunk", "40", "--memory-report", "--memory-budget-gb", "0.001"}));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "memory plan:")) << r.output;
+  EXPECT_TRUE(contains(r.output, "LM head, chunked (40 rows")) << r.output;
+  EXPECT_TRUE(contains(r.output, "DOES NOT FIT")) << r.output;
+  EXPECT_FALSE(fs::exists(report)) << "a report trains nothing and writes nothing";
+  r = run_process(train(report, {"--lm-head-chunk", "-1"}));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(contains(r.output, "--lm-head-chunk: must be >= 0")) << r.output;
+}
+
 // Stopped at step 4 and resumed in a new process == never stopped, bit for bit (dropout on, so
 // the RNG state must survive too).
 class ResumeTest : public CliTest {
