@@ -57,6 +57,8 @@ run_workers() {  # run_workers NAME N [flags...]: N workers w0.. at once
   for pid in "${pids[@]}"; do
     wait "$pid" || { echo "transport_bench: $name failed; see $OUT/$name" >&2; exit 1; }
   done
+  # Only metrics.jsonl is read: the checkpoints (GBs at 124M, per worker and run) go.
+  rm -rf "$OUT/$name"/w*/checkpoints "$OUT/$name"/w*/sync "$OUT/$name/shared"
 }
 echo "== 2. training tokens/s: $MODEL, block $BLOCK, micro-batch $MICRO per worker, $STEPS steps =="
 for i in $(seq 1 "$REPEATS"); do
