@@ -313,7 +313,7 @@ void group_train_flags(CLI::App* cmd) {
        {"--optimizer", "--lr", "--min-lr", "--warmup-steps", "--weight-decay", "--beta1", "--beta2", "--eps",
         "--grad-clip"}},
       {"Evaluation, checkpoints and logs",
-       {"--eval-interval", "--eval-batches", "--checkpoint-interval", "--keep-checkpoints", "--log-interval",
+       {"--eval-interval", "--eval-batches", "--thermometer-interval", "--checkpoint-interval", "--keep-checkpoints", "--log-interval",
         "--stop-at-step"}},
       {"Many workers: a shared folder",
        {"--shared", "--local", "--worker", "--peers", "--run-id", "--exchange", "--codec", "--zstd-level", "--shards",
@@ -413,6 +413,9 @@ void add_train_command(CLI::App& app) {
              "none, alternate, first_last, all or custom:0,3,5");
   flags->add("--lm-head-chunk", &worker::TrainConfig::lm_head_chunk,
              "LM head and cross-entropy this many token positions at a time, never all logits at once (0: off)");
+  flags->add("--thermometer-interval", &worker::TrainConfig::thermometer_interval,
+             "Every N steps, write each layer's largest attention logit, MLP output and residual value to "
+             "metrics.jsonl (0: off)");
   flags->add("--eval-interval", &worker::TrainConfig::eval_interval, "Steps between validation runs (0: never)");
   flags->add("--eval-batches", &worker::TrainConfig::eval_batches, "Micro-batches per validation run");
   flags->add("--checkpoint-interval", &worker::TrainConfig::checkpoint_interval, "Steps between checkpoints (0: end only, -1: never)");

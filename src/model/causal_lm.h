@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/thermometer.h"
 
 namespace gradbox::model {
 
@@ -30,6 +31,9 @@ class CausalLM : public torch::nn::Module {
   // Mean cross-entropy of the next tokens: language_model_loss(forward(idx), targets), or with
   // head_chunk_rows > 0 the chunked head (Note [Chunked LM head] in chunked_lm_loss.h).
   torch::Tensor loss(const torch::Tensor& idx, const torch::Tensor& targets, int64_t head_chunk_rows = 0);
+  // Every layer reports its maxima to `thermometer` from the next forward on (Note
+  // [Thermometers] in thermometer.h); nullptr stops it.
+  virtual void set_thermometer(Thermometer* thermometer) = 0;
   // Dropout probability of every dropout site; takes effect from the next forward.
   virtual void set_dropout(double p) = 0;
   // Which blocks recompute activations in backward (Note [Activation checkpointing] in

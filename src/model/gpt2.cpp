@@ -37,6 +37,7 @@ torch::Tensor GPT2Attention::forward(const torch::Tensor& x) {
     return t.view({B, T, n_head_, hs}).transpose(1, 2);          // (B, nh, T, hs)
   };
   const double p = is_training() ? dropout_ : 0.0;
+  if (probe.thermometer) probe.thermometer->record_attention_logits(probe.layer, heads(qkv[0]), heads(qkv[1]));
   torch::Tensor y = causal_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), p);
   y = y.transpose(1, 2).contiguous().view({B, T, C});           // (B, T, C)
   return F::dropout(c_proj(y), F::DropoutFuncOptions().p(dropout_).training(is_training()));
@@ -60,7 +61,13 @@ GPT2Block::GPT2Block(const ModelConfig& c)
 
 torch::Tensor GPT2Block::forward(const torch::Tensor& x) {
   torch::Tensor y = x + attn->forward(ln_1(x));
-  return y + mlp->forward(ln_2(y));
+  torch::Tensor m = mlp->forward(ln_2(y));
+  torch::Tensor out = y + m;
+  if (probe.thermometer) {
+    probe.thermometer->record(Thermometer::mlp_output, probe.layer, m);
+    probe.thermometer->record(Thermometer::residual, probe.layer, out);
+  }
+  return out;
 }
 
 GPT2Model::GPT2Model(const ModelConfig& c)
@@ -103,6 +110,13 @@ torch::Tensor GPT2LMHeadModel::hidden(const torch::Tensor& idx) {
     }
   }
   return transformer_->ln_f(x);
+}
+
+void GPT2LMHeadModel::set_thermometer(Thermometer* thermometer) {
+  for (size_t i = 0; i < transformer_->blocks.size(); ++i) {
+    GPT2Block& block = *transformer_->blocks[i];
+    block.probe = block.attn->probe = {thermometer, static_cast<int64_t>(i)};
+  }
 }
 
 torch::Tensor GPT2LMHeadModel::head_weight() { return transformer_->wte->weight; }  // tied

@@ -22,6 +22,7 @@ class GPT2Attention : public torch::nn::Module {
   torch::nn::Linear c_proj{nullptr};  // C -> C
   int64_t n_head_;
   double dropout_;
+  ThermometerProbe probe;
 };
 
 class GPT2MLP : public torch::nn::Module {
@@ -43,6 +44,7 @@ class GPT2Block : public torch::nn::Module {
   std::shared_ptr<GPT2Attention> attn;
   torch::nn::LayerNorm ln_2{nullptr};
   std::shared_ptr<GPT2MLP> mlp;
+  ThermometerProbe probe;
 };
 
 // HF's GPT2Model: the part named "transformer".
@@ -63,7 +65,9 @@ class GPT2LMHeadModel : public CausalLM {
 
   torch::Tensor hidden(const torch::Tensor& idx) override;
   torch::Tensor head_weight() override;
+  void set_thermometer(Thermometer* thermometer) override;
   void set_dropout(double p) override;
+  GPT2Model& transformer() { return *transformer_; }
   std::vector<std::pair<std::string, torch::Tensor>> hf_state_dict() const override;
   // Also accepts GPT2Model checkpoints (names without "transformer.", like the original
   // openai-community/gpt2 files), the old attention-mask buffers (attn.bias, attn.masked_bias)

@@ -70,6 +70,7 @@ torch::Tensor LlamaAttention::forward(const torch::Tensor& x, const RotaryTables
   torch::Tensor k = apply_rotary(heads(k_proj(x), n_kv_head_), rope);    // (B, nkv, T, hs)
   torch::Tensor v = heads(v_proj(x), n_kv_head_);                        // (B, nkv, T, hs)
   const double p = is_training() ? dropout_ : 0.0;
+  if (probe.thermometer) probe.thermometer->record_attention_logits(probe.layer, q, k);
   torch::Tensor y = causal_attention(q, k, v, p);                        // (B, nh, T, hs)
   y = y.transpose(1, 2).contiguous().view({B, T, n_head_ * head_dim_});  // (B, T, nh*hs)
   return F::dropout(o_proj(y), F::DropoutFuncOptions().p(dropout_).training(is_training()));
@@ -96,7 +97,13 @@ LlamaDecoderLayer::LlamaDecoderLayer(const ModelConfig& c)
 
 torch::Tensor LlamaDecoderLayer::forward(const torch::Tensor& x, const RotaryTables& rope) {
   torch::Tensor h = x + self_attn->forward(input_layernorm->forward(x), rope);
-  return h + mlp->forward(post_attention_layernorm->forward(h));
+  torch::Tensor m = mlp->forward(post_attention_layernorm->forward(h));
+  torch::Tensor out = h + m;
+  if (probe.thermometer) {
+    probe.thermometer->record(Thermometer::mlp_output, probe.layer, m);
+    probe.thermometer->record(Thermometer::residual, probe.layer, out);
+  }
+  return out;
 }
 
 LlamaModel::LlamaModel(const ModelConfig& c)
@@ -144,6 +151,13 @@ torch::Tensor LlamaForCausalLM::hidden(const torch::Tensor& idx) {
     }
   }
   return model_->norm->forward(x);
+}
+
+void LlamaForCausalLM::set_thermometer(Thermometer* thermometer) {
+  for (size_t i = 0; i < model_->decoder_layers.size(); ++i) {
+    LlamaDecoderLayer& layer = *model_->decoder_layers[i];
+    layer.probe = layer.self_attn->probe = {thermometer, static_cast<int64_t>(i)};
+  }
 }
 
 torch::Tensor LlamaForCausalLM::head_weight() {

@@ -43,6 +43,7 @@ class LlamaAttention : public torch::nn::Module {
   torch::nn::Linear o_proj{nullptr};  // nh*hs -> C
   int64_t n_head_, n_kv_head_, head_dim_;
   double dropout_;
+  ThermometerProbe probe;
 };
 
 class LlamaMLP : public torch::nn::Module {
@@ -62,6 +63,7 @@ class LlamaDecoderLayer : public torch::nn::Module {
   std::shared_ptr<LlamaAttention> self_attn;
   std::shared_ptr<LlamaMLP> mlp;
   std::shared_ptr<LlamaRMSNorm> input_layernorm, post_attention_layernorm;
+  ThermometerProbe probe;
 };
 
 // HF's LlamaModel: the part named "model".
@@ -82,6 +84,7 @@ class LlamaForCausalLM : public CausalLM {
   // No fixed limit on T (positions are rotary), but block_size is what it was trained for.
   torch::Tensor hidden(const torch::Tensor& idx) override;
   torch::Tensor head_weight() override;
+  void set_thermometer(Thermometer* thermometer) override;
   void set_dropout(double p) override;
   std::vector<std::pair<std::string, torch::Tensor>> hf_state_dict() const override;
   // Also accepts the rotary inv_freq buffers older transformers saved, and a stored copy of a

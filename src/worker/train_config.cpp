@@ -72,6 +72,7 @@ void TrainConfig::validate() const {
   GB_REQUIRE(eps > 0, "--eps: must be > 0, got ", eps);
   GB_REQUIRE(grad_clip >= 0, "--grad-clip: must be >= 0, got ", grad_clip);
   GB_REQUIRE(dropout >= 0 && dropout < 1, "--dropout: must be in [0, 1), got ", dropout);
+  GB_REQUIRE(thermometer_interval >= 0, "--thermometer-interval: must be >= 0 (0: off), got ", thermometer_interval);
   GB_REQUIRE(lm_head_chunk >= 0, "--lm-head-chunk: must be >= 0 (0: off), got ", lm_head_chunk);
   GB_REQUIRE(eval_interval >= 0, "--eval-interval: must be >= 0, got ", eval_interval);
   GB_REQUIRE(eval_batches >= 1, "--eval-batches: must be >= 1, got ", eval_batches);
@@ -158,6 +159,7 @@ nlohmann::json TrainConfig::to_json() const {
       {"dropout", dropout},
       {"activation_checkpointing", activation_checkpointing},
       {"lm_head_chunk", lm_head_chunk},
+      {"thermometer_interval", thermometer_interval},
       {"eval_interval", eval_interval},
       {"eval_batches", eval_batches},
       {"checkpoint_interval", checkpoint_interval},
@@ -218,6 +220,7 @@ TrainConfig TrainConfig::from_json(const nlohmann::json& j, const std::string& w
   get("dropout", c.dropout);
   get("activation_checkpointing", c.activation_checkpointing);
   get("lm_head_chunk", c.lm_head_chunk);
+  get("thermometer_interval", c.thermometer_interval);
   get("eval_interval", c.eval_interval);
   get("eval_batches", c.eval_batches);
   get("checkpoint_interval", c.checkpoint_interval);

@@ -42,6 +42,7 @@ struct TrainConfig {
   double grad_clip = 1.0;  // global norm; 0 disables
   double dropout = 0.0;
   std::string activation_checkpointing = "none";
+  int64_t thermometer_interval = 0;  // steps between thermometer readings (Note [Thermometers]); 0: off
   int64_t lm_head_chunk = 0;  // token positions per block of the chunked LM head (0: unchunked)
 
   // Evaluation, checkpoints, logging.

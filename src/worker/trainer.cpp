@@ -545,7 +545,13 @@ TrainSummary Trainer::run(const StopPredicate& should_stop) {
       const int64_t tokens_before = tokens_;
       step_exchange_wait_s_ = 0;
       const bool gradient_round = !in_diloco_phase();
+      const bool measured = config_.thermometer_interval > 0 && (step_ + 1) % config_.thermometer_interval == 0;
+      if (measured) {
+        thermometer_.reset(model_->config().n_layer, runtime_.device);
+        model_->set_thermometer(&thermometer_);
+      }
       const double loss = train_step(lr);
+      if (measured) model_->set_thermometer(nullptr);
       if (reloaded_) {  // the step went back to the agreed state's
         reloaded_ = false;
         step_advance_ = 1;
@@ -567,6 +573,7 @@ TrainSummary Trainer::run(const StopPredicate& should_stop) {
                              {"tokens", tokens_}, {"step_seconds", seconds}};
       if (exchange_) line["exchange_wait_seconds"] = step_exchange_wait_s_;
       if (config_.round_seconds > 0 && gradient_round) line["micro_batches"] = micro_batches_;
+      if (measured) line["thermometer"] = thermometer_.read();
       metrics_->write(line);
       if (passed_multiple(step_before, step_, config_.log_interval) || step_ == config_.max_steps) {
         log_progress(loss, lr * lr_multiplier_, interval_seconds, interval_steps, interval_tokens);

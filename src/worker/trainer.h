@@ -166,7 +166,8 @@ class Trainer {
   std::vector<EmulatedWorker> emulated_;
   std::vector<BatchSampler> emulated_samplers_;
   bool overlap_ = false;
-  std::unique_ptr<BackwardStream> backward_stream_;  // per-step rounds on host gradients
+  std::unique_ptr<BackwardStream> backward_stream_;
+  model::Thermometer thermometer_;  // read every --thermometer-interval steps  // per-step rounds on host gradients
   torch::Tensor exchange_buffers_[2];  // host copies handed to the exchange
   torch::Tensor& host_buffer(size_t i, const torch::Tensor& like);  // exchange_buffers_[i], sized as like
   std::future<exchange::RoundResult> pending_round_;

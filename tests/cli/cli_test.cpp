@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -62,6 +63,29 @@ TEST_F(CliTest, AChunkedHeadTrainsTheSameCurveAndTheMemoryReportShowsThePlan) {
   r = run_process(train(report, {"--lm-head-chunk", "-1"}));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_TRUE(contains(r.output, "--lm-head-chunk: must be >= 0")) << r.output;
+}
+
+// Note [Thermometers] end to end: every third step's metrics line carries each layer's maxima,
+// the other steps' none, with activation checkpointing recomputing the layers in backward.
+TEST_F(CliTest, ThermometersAreReadEveryIntervalIntoTheMetrics) {
+  const fs::path run = dir("thermometer");
+  ProcessResult r = run_process(
+      train(run, {"--max-steps", "6", "--thermometer-interval", "3", "--activation-checkpointing", "all"}));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  int measured = 0;
+  for (const nlohmann::json& line : read_metrics(run)) {
+    if (!line.contains("loss")) continue;
+    const int step = line["step"].get<int>();
+    ASSERT_EQ(line.contains("thermometer"), step % 3 == 0) << line.dump();
+    if (step % 3 != 0) continue;
+    ++measured;
+    for (const char* site : {"attention_logit_max", "mlp_output_max", "residual_max"}) {
+      const auto values = line["thermometer"][site].get<std::vector<double>>();
+      ASSERT_EQ(values.size(), 2u) << site;  // gpt2-tiny's layers
+      for (double v : values) EXPECT_TRUE(std::isfinite(v) && v > 0) << site << " " << v;
+    }
+  }
+  EXPECT_EQ(measured, 2);
 }
 
 // Stopped at step 4 and resumed in a new process == never stopped, bit for bit (dropout on, so

@@ -479,8 +479,10 @@ TEST_F(DilocoTest, InnerLrScaleScalesTheInnerSchedule) {
 // and the replicas end on the same θ_g, byte for byte.
 TEST_F(DilocoTest, StreamingFragmentsThroughTheFolderSendAHalfEachAndEndIdentical) {
   const fs::path base = dir("fragments_cluster");
+  // A long deadline floor: this test is about fragments, and a worker slowed 2 s by a loaded
+  // machine must not be left out of the round (a clean-clone run saw it).
   run_cluster(base, {"--sync", "diloco", "--inner-steps", "4", "--fragments", "2", "--overlap-steps", "1", "--codec",
-                     "int8", "--exchange", "all-gather"});
+                     "int8", "--exchange", "all-gather", "--deadline-floor", "30"});
   const std::string model = read_bytes(final_checkpoint(base / "a") / "model.safetensors");
   ASSERT_FALSE(model.empty());
   for (const Worker& w : kWorkers)
