@@ -3,8 +3,9 @@
 // YaLM's early warning for fp16 divergence: the largest magnitudes where overflow starts, per
 // layer, every few steps. Three sites per layer:
 //   - the attention logits q k^T / sqrt(head_dim) over the causal positions (fused attention
-//     never materialises them, so a measured step computes them once more, a batch row at a
-//     time: B x heads x T^2 extra multiply-adds per layer on that step only);
+//     never materialises them, so a measured step computes them once more, 128 query rows of
+//     one sequence at a time: B x heads x T^2 x head_dim extra multiply-adds per layer on that
+//     step only, and at most heads x 128 x T fp32 logits alive);
 //   - the MLP's output, before it is added to the residual stream;
 //   - the residual stream after the layer.
 // Maxima stay on the device until read(), one copy to the host per measured step, so a step

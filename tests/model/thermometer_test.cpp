@@ -66,5 +66,20 @@ TEST(Thermometer, LlamaWithGroupedQueryAttentionReportsEveryLayerAndStopsWhenDet
   EXPECT_EQ(thermometer.read(), first);
 }
 
+TEST(Thermometer, AttentionLogitsInBlocksOfQueryRowsMatchTheDenseCausalMaximum) {
+  // 300 positions: three blocks of query rows, the last one partial; 4 query heads over 2 kv
+  // heads; random data whose largest |logit| lies above the diagonal, where the mask hides it.
+  torch::manual_seed(9);
+  const torch::Tensor q = torch::randn({2, 4, 300, 8}), k = torch::randn({2, 2, 300, 8});
+  const torch::Tensor kr = k.repeat_interleave(2, 1);
+  const torch::Tensor scores = torch::matmul(q, kr.transpose(2, 3)) / std::sqrt(8.0);
+  const double causal = scores.abs().tril().max().item<double>();
+  ASSERT_LT(causal, scores.abs().max().item<double>()) << "the data should have a larger value above the diagonal";
+  Thermometer thermometer;
+  thermometer.reset(1, torch::kCPU);
+  thermometer.record_attention_logits(0, q, k);
+  EXPECT_NEAR(thermometer.read().at("attention_logit_max")[0], causal, 1e-5 * causal);
+}
+
 }  // namespace
 }  // namespace gradbox::model
