@@ -76,6 +76,7 @@ struct Options {
   bool source_scheme = false;
   bool overlap = false;
   bool worker_logs = false;
+  double upload_cap_gb = 750;
   sim::ProjectionConfig config;
 };
 
@@ -137,6 +138,11 @@ void run(const Options& o) {
     std::printf("%7d %10.1f %13.2f %12.0f %8.2fx %10.0f%% %10.1f %14.1f %7d %6d %8.1f\n", workers, p.seconds_per_round,
                 p.mean_contributors, p.cluster_tokens_per_s, p.speedup, 100 * p.utilisation, p.upload_gb_per_worker_day,
                 p.round_upload_gb_per_worker_day, p.deaths, p.joins, p.virtual_hours);
+    const sim::Projection::TimeShares& t = p.time;
+    std::printf("%7s time: %.1f%% in averages, %.1f%% lost with dying sessions, %.1f%% left out, %.1f%% set-up, "
+                "%.1f%% starting or joining, %.1f%% waiting; upload %.0f%% of --upload-cap-gb %.0f\n",
+                "", 100 * t.useful, 100 * t.lost_at_death, 100 * t.left_out, 100 * t.setup, 100 * t.joining, 100 * t.idle,
+                100 * p.upload_gb_per_worker_day / o.upload_cap_gb, o.upload_cap_gb);
     std::fflush(stdout);
   }
 }
@@ -165,6 +171,12 @@ void add_simulate_command(CLI::App& app) {
   cmd->add_option("--round-seconds", o->config.round_seconds,
                   "DiLoCo: time-boxed rounds of this many seconds (joiners enter the round in progress); with "
                   "--overlap-steps, every box closes this long after the round before was agreed (gradbox's best mode)");
+  cmd->add_option("--partial-every", o->config.partial_every,
+                  "DiLoCo with --round-seconds and --overlap-steps: publish the delta so far every this many inner steps, "
+                  "so a session that dies mid-round still contributes its steps (0: off)")
+      ->capture_default_str();
+  cmd->add_option("--upload-cap-gb", o->upload_cap_gb, "Each account's daily upload cap, GB (Drive: about 750)")
+      ->capture_default_str();
   cmd->add_option("--codec", o->codec, "fp16-raw, fp16, int8 or int4 (wire bytes per parameter)")->capture_default_str();
   cmd->add_flag("--source-scheme", o->source_scheme,
                 "The source article's scheme: raw fp16 gradients, every worker waits for all, every step");

@@ -232,6 +232,7 @@ exchange::FolderExchangeConfig exchange_config(const SharedFlags& f, const worke
   // Note [Overlapped time-boxed rounds] in exchange/folder_exchange.h.
   c.boxes_from_agreement = c.late_entry && train.overlap_steps > 0;
   c.round_seconds = train.round_seconds;
+  c.partial_deltas = c.boxes_from_agreement && train.partial_every > 0;
   GB_REQUIRE(!f.overlap || train.sync == worker::SyncMode::gradient, "--overlap: only with --sync gradient");
   return c;
 }
@@ -288,10 +289,12 @@ std::unique_ptr<worker::Sidecar> start_syncer(const SharedFlags& f, const std::f
   std::vector<std::string> argv{worker::sibling_executable("gradbox-sync").string(),
                                 "--shared", f.shared, "--local", local.string(), "--worker", f.worker,
                                 "--backend", f.sync_backend, "--parent-pid", std::to_string(::getpid())};
-  // Checkpoint parts are fetched only by a worker that loads the checkpoint; sharded
-  // contributions only by their shard's owner.
-  argv.push_back("--on-demand-prefix");
-  argv.emplace_back(mirror::kCheckpointPartPrefix);
+  // Checkpoint parts are fetched only by a worker that loads the checkpoint, partial deltas
+  // only when one stands in for a worker, sharded contributions only by their shard's owner.
+  for (std::string_view prefix : {mirror::kCheckpointPartPrefix, mirror::kPartialPrefix}) {
+    argv.push_back("--on-demand-prefix");
+    argv.emplace_back(prefix);
+  }
   if (pattern == exchange::ExchangePattern::sharded) {
     argv.push_back("--on-demand-prefix");
     argv.emplace_back(mirror::kContributionPrefix);
@@ -324,7 +327,7 @@ void group_train_flags(CLI::App* cmd) {
                              "--c10d-group", "--c10d-group-peers", "--c10d-store"}},
       {"Synchronisation: per-step gradients or DiLoCo rounds",
        {"--sync", "--inner-steps", "--outer-lr", "--inner-lr-scale", "--outer-momentum", "--sync-warmup-steps",
-        "--round-seconds", "--fragments", "--overlap-steps"}},
+        "--round-seconds", "--fragments", "--overlap-steps", "--partial-every"}},
       {"Elastic runs: deadlines, failover, folder checkpoints",
        {"--contribution-timeout", "--deadline-floor", "--deadline-k", "--heartbeat-interval", "--stale-after",
         "--checkpoint-failover", "--keep-folder-checkpoints", "--checkpoint-part-bytes", "--failover-timeout",
@@ -449,6 +452,9 @@ void add_train_command(CLI::App& app) {
   flags->add("--overlap-steps", &worker::TrainConfig::overlap_steps,
              "Streaming DiLoCo: inner steps a fragment's exchange runs behind before its outer step is merged; "
              "with --round-seconds, each round is sent when its box closes and merged once agreed");
+  flags->add("--partial-every", &worker::TrainConfig::partial_every,
+             "Overlapped time-boxed DiLoCo: publish the round's delta so far every this many inner steps, so that a "
+             "session dying mid-round still contributes its steps (0: off)");
   auto shared = std::make_shared<SharedFlags>();
   add_shared_flags(cmd, *shared);
   group_train_flags(cmd);

@@ -26,6 +26,12 @@ void FolderExchangeConfig::validate() const {
   GB_REQUIRE(contribution_timeout_s > 0 && failover_timeout_s > contribution_timeout_s,
              "--failover-timeout must exceed --contribution-timeout (got ", failover_timeout_s, " and ",
              contribution_timeout_s, ")");
+  // Note [Partial deltas]: an owner waits a deadline more for a partial Δ, within its window.
+  GB_REQUIRE(!partial_deltas || failover_timeout_s > 2 * contribution_timeout_s,
+             "--partial-every: --failover-timeout (", failover_timeout_s, ") must exceed twice --contribution-timeout (",
+             contribution_timeout_s, "): an owner waits up to a deadline more for a partial delta before it decides");
+  GB_REQUIRE(!partial_deltas || boxes_from_agreement,
+             "--partial-every: only with overlapped time-boxed DiLoCo rounds (--round-seconds with --overlap-steps)");
   GB_REQUIRE(gc_window >= 2, "--gc-window ", gc_window, ": must be at least 2");
   GB_REQUIRE(deadline_floor_s > 0, "--deadline-floor ", deadline_floor_s, ": must be > 0");
   GB_REQUIRE(deadline_k >= 0, "--deadline-k ", deadline_k, ": must be >= 0");

@@ -43,6 +43,10 @@ struct FolderExchangeConfig {
   // (Note [Overlapped time-boxed rounds] in folder_exchange.h).
   bool boxes_from_agreement = false;
   double round_seconds = 0;  // the box (--round-seconds), for boxes_from_agreement
+  // With boxes_from_agreement: members publish their Δ so far during the box (the trainer's
+  // --partial-every), and an owner about to leave a member out pins its newest one instead
+  // (Note [Partial deltas] in folder_exchange.h).
+  bool partial_deltas = false;
   double contribution_timeout_s = 30;  // the ceiling of the adaptive contribution deadline
   double deadline_floor_s = 2;         // its floor
   double deadline_k = 4;               // deadline = median lag + k * spread (MAD), clamped

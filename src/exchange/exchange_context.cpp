@@ -34,6 +34,8 @@ nlohmann::json ExchangeStats::to_json() const {
           {"control_changes", control_changes},
           {"blind_waits", blind_waits},
           {"agreements_withdrawn", agreements_withdrawn},
+          {"partials_published", partials_published},
+          {"partials_salvaged", partials_salvaged},
           {"contribution_deadline_s", contribution_deadline_s},
           {"wait_seconds", wait_seconds},
           {"rejected", rejected}};

@@ -50,6 +50,8 @@ struct ExchangeStats {
   uint64_t control_changes = 0;
   uint64_t blind_waits = 0;          // decisions postponed because the folder could not be seen
   uint64_t agreements_withdrawn = 0; // own agreements that did not land within their window
+  uint64_t partials_published = 0;   // own partial deltas (Note [Partial deltas])
+  uint64_t partials_salvaged = 0;    // a member's partial Δ pinned in place of its whole one, as an owner
   double contribution_deadline_s = 0;
   double wait_seconds = 0;
   std::vector<std::string> rejected;

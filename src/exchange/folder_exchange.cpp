@@ -223,6 +223,13 @@ class FolderExchange final : public GradientExchange {
 
   void after_update(uint64_t round, const float* params, size_t n) override { replicas_.publish(round, params, n); }
 
+  uint64_t offer_partial(uint64_t round, const float* delta, size_t n, const LocalContribution& mine) override {
+    if (!context_.config.partial_deltas || left_ || mine.tokens == 0 || applied_round_ + 1 != round) return 0;
+    const std::vector<std::string>* view = views_.expected(round);
+    if (!view || !contains(*view, context_.config.worker)) return 0;  // owners wait only for members
+    return agreement_.publish_partial(round, delta, n, mine);
+  }
+
   bool final_check(uint64_t round, const float* params, size_t n) override {
     const FolderExchangeConfig& c = context_.config;
     replicas_.publish(round, params, n, ReplicaCheck::Due::always);
@@ -485,6 +492,7 @@ class FolderExchange final : public GradientExchange {
     for (const Contributor& contributor : agreement_.contributors()) {
       result.tokens += contributor.tokens;
       loss_sum += contributor.loss * static_cast<double>(contributor.tokens);
+      result.contributions.push_back({contributor.worker, contributor.tokens, contributor.partial});
     }
     result.contributors = static_cast<int>(agreement_.contributors().size());
     result.loss = result.tokens > 0 ? loss_sum / static_cast<double>(result.tokens) : mine.loss;
@@ -506,6 +514,7 @@ class FolderExchange final : public GradientExchange {
       views_.forget_expected();
     }
     checkpoints_.maintain();
+    if (context_.config.partial_deltas) agreement_.withdraw_partials(round);
     collect_round_garbage(context_.mirror, round, context_.config.gc_window, checkpoints_.replay_floor());
     applied_round_ = round;
     // A round carries one part of the state (LocalContribution::part): every token is in one

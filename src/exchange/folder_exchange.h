@@ -96,6 +96,26 @@
 // is not cut for it. A member left out of a round enters the next one late (a "ready" beat)
 // rather than idling through it.
 //
+// Note [Partial deltas]
+// A session that dies without warning loses every inner step since its last Δ: with overlapped
+// boxes of 40 minutes, 20 minutes of a T4 on average, the largest part of what a death costs.
+// So (FolderExchangeConfig::partial_deltas, the trainer's --partial-every K) a member of round
+// r publishes its Δ so far every K inner steps while its box is open, as
+//     p-<worker>-s<k>-<token>.gbx      (GradientShard partial=true, tokens of the steps so far)
+// which syncers fetch only on request. An owner about to agree the round without a member
+// first asks for that member's partials and gives them one more contribution deadline (and two
+// whole listings of the folder) to come down; then it pins the one with the most tokens in the
+// member's place, marked partial, and every replica fetches and sums it like any contribution.
+// A member whose partial stood in missed the deadline like one left out: it is out of the next
+// view, and enters that round late if it is alive. Partials carry no error feedback (the
+// residual belongs to the whole Δ; a dead worker's is lost anyway, and a late one has fed its
+// whole Δ's into its residual: a small error, accepted). They are published only while the box
+// is open and an owner leaves nobody out before the common close plus the contribution timeout,
+// so a pinned partial is never replaced under an owner's feet; a newer partial takes back only
+// older ones that have not landed (seen by nobody), and a worker takes back its own unpinned
+// partials once it has applied their round. Only with overlapped time-boxed rounds, where the
+// owner's wait costs no compute.
+//
 // Note [Live control]
 // The run's control file <shared>/control.json (micro_batch, grad_accum, lr_multiplier,
 // weight_decay, dropout; see live_control.h) is mirrored by the syncer. When a shard-0 owner

@@ -57,15 +57,30 @@ std::string contribution_name(const std::string& worker, uint32_t shard, const s
   return str("g-", worker, "-s", shard, "-", token, ".gbx");
 }
 
-std::optional<ContributionName> parse_contribution_name(const std::string& name) {
-  if (!name.starts_with("g-")) return std::nullopt;
-  std::optional<std::string_view> body = strip_token(std::string_view(name).substr(2));
+std::string partial_name(const std::string& worker, uint32_t shard, const std::string& token) {
+  return str("p-", worker, "-s", shard, "-", token, ".gbx");
+}
+
+namespace {
+// "<prefix><worker>-s<shard>-<token>.gbx"
+std::optional<ContributionName> parse_worker_shard(const std::string& name, std::string_view prefix, bool partial) {
+  if (!name.starts_with(prefix)) return std::nullopt;
+  std::optional<std::string_view> body = strip_token(std::string_view(name).substr(prefix.size()));
   if (!body) return std::nullopt;
   const size_t s = body->rfind("-s");  // worker names may hold "-s" too: the shard is last
   uint64_t shard = 0;
   if (s == std::string_view::npos || s == 0 || !parse_uint(body->substr(s + 2), &shard) || shard > 4096)
     return std::nullopt;
-  return ContributionName{std::string(body->substr(0, s)), static_cast<uint32_t>(shard)};
+  return ContributionName{std::string(body->substr(0, s)), static_cast<uint32_t>(shard), partial};
+}
+}  // namespace
+
+std::optional<ContributionName> parse_contribution_name(const std::string& name) {
+  return parse_worker_shard(name, "g-", false);
+}
+
+std::optional<ContributionName> parse_partial_name(const std::string& name) {
+  return parse_worker_shard(name, "p-", true);
 }
 
 std::string agreement_name(ExchangePattern pattern, uint32_t shard, uint32_t epoch, const std::string& owner,

@@ -32,12 +32,18 @@ std::string agreement_name(ExchangePattern pattern, uint32_t shard, uint32_t epo
                            const std::string& token);
 std::string fingerprint_name(const std::string& worker, const std::string& token);
 
+// A DiLoCo Δ published mid-round (Note [Partial deltas] in folder_exchange.h): "p-..." where
+// a whole contribution is "g-...".
+std::string partial_name(const std::string& worker, uint32_t shard, const std::string& token);
+
 // What a contribution's or an agreement's name says; nullopt for anything else.
 struct ContributionName {
   std::string worker;
   uint32_t shard = 0;
+  bool partial = false;
 };
-std::optional<ContributionName> parse_contribution_name(const std::string& name);
+std::optional<ContributionName> parse_contribution_name(const std::string& name);  // "g-" only
+std::optional<ContributionName> parse_partial_name(const std::string& name);       // "p-" only
 struct AgreementName {
   uint32_t shard = 0;
   uint32_t epoch = 0;

@@ -35,11 +35,19 @@ struct AgreedControl {
   std::string json = "{}";
 };
 
+// One contributor of an agreed round, as its agreement names it.
+struct AgreedContribution {
+  std::string worker;
+  uint64_t tokens = 0;
+  bool partial = false;  // a DiLoCo Δ published mid-round stood in for the whole one (Note [Partial deltas])
+};
+
 struct RoundResult {
   bool skip = false;        // some agreed contributor overflowed: nobody applies this round
   uint64_t tokens = 0;      // tokens behind the average
   double loss = std::numeric_limits<double>::quiet_NaN();  // token-weighted mean of contributors' losses
   int contributors = 0;
+  std::vector<AgreedContribution> contributions;  // who they were (the folder exchange says; others may not)
   double wait_seconds = 0;  // time blocked on peers and the folder
   uint64_t bytes_written = 0;  // this worker's round files for it (contribution, agreements): its upload
   std::optional<AgreedControl> control;  // what this round's agreement says about live control
@@ -108,6 +116,11 @@ class GradientExchange {
   // round): keeps this worker's heartbeat fresh and a checkpoint publish moving, and tells the
   // peers which step it is at. Never waits.
   virtual void between_rounds(uint64_t step) {}
+  // DiLoCo, between the inner steps of `round` (never while a round runs): this worker's Δ so
+  // far over mine.tokens tokens, published for an owner to take should this worker die before
+  // its whole Δ is in (Note [Partial deltas] in folder_exchange.h). Returns the bytes written;
+  // 0 where the exchange has no use for it (not a member of the round, or no folder).
+  virtual uint64_t offer_partial(uint64_t round, const float* delta, size_t n, const LocalContribution& mine) { return 0; }
   // Called once the round's update is applied, with the new parameters (replica checks).
   virtual void after_update(uint64_t round, const float* params, size_t n) {}
   // After the run's last round: compares this replica's parameters with the other members'

@@ -43,8 +43,9 @@ std::vector<std::string> MembershipViews::next_view(uint64_t round, const std::v
                                                     const Heartbeats& beats,
                                                     const std::function<bool(const std::string&)>& refused) {
   std::set<std::string> next;
+  // One whose partial Δ stood in missed the deadline, as one left out did (Note [Partial deltas]).
   for (const Contributor& c : contributors)
-    if (!refused(c.worker)) next.insert(c.worker);
+    if (!refused(c.worker) && !c.partial) next.insert(c.worker);
   for (const auto& [worker, beat] : beats.peers()) {
     if (beat.state == "left") next.erase(worker);
     else if (beat.state == "ready" && beats.fresh(beat) && beat.applied_round + 2 >= round && !refused(worker))

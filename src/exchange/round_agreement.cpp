@@ -18,7 +18,7 @@ bool contains(const std::vector<std::string>& names, const std::string& name) {
 std::vector<Contributor> contributors_of(const google::protobuf::RepeatedPtrField<wire::Contribution>& list) {
   std::vector<Contributor> out;
   for (const wire::Contribution& c : list)
-    out.push_back({c.worker(), c.tokens(), c.loss(), c.overflow(), c.payload_checksum(), c.file()});
+    out.push_back({c.worker(), c.tokens(), c.loss(), c.overflow(), c.payload_checksum(), c.file(), c.partial()});
   std::sort(out.begin(), out.end(), [](const Contributor& a, const Contributor& b) { return a.worker < b.worker; });
   return out;
 }
@@ -72,6 +72,9 @@ void RoundAgreement::start(uint64_t round, float* grad, size_t n, const LocalCon
   own_agreements_.clear();
   lag_seen_.clear();
   checked_.assign(shards, {});
+  partials_.assign(shards, {});
+  partials_requested_.assign(shards, std::nullopt);
+  pinned_requested_.clear();
   seen_contributions_.clear();
   departed_.clear();
   counted_blind_ = false;
@@ -85,9 +88,11 @@ void RoundAgreement::start(uint64_t round, float* grad, size_t n, const LocalCon
 
 // The last round's large buffers go back to the context's pool (or, own payloads, stay here).
 void RoundAgreement::recycle_buffers() {
-  for (auto& shard : checked_)
-    for (auto& [worker, checked] : shard) context_.buffers.give(std::move(checked.file.payload));
-  checked_.clear();
+  for (auto* list : {&checked_, &partials_}) {
+    for (auto& shard : *list)
+      for (auto& [worker, checked] : shard) context_.buffers.give(std::move(checked.file.payload));
+    list->clear();
+  }
   for (auto& [name, bytes] : own_agreements_) context_.buffers.give(std::move(bytes));
   own_agreements_.clear();
 }
@@ -129,14 +134,18 @@ bool RoundAgreement::poll() {
 // its own contribution, or the earliest arrival here of a peer's that checks out, whichever came
 // first. A worker that restarts in the middle of a round (or arrives late) thus finds the early
 // windows already closed, instead of opening its own and competing with the owner in charge.
+//
+// Partial deltas (Note [Partial deltas]) are members' only, fetched when an owner asks for them;
+// of several, the one with the most tokens is kept.
 void RoundAgreement::check_new_contributions(const std::vector<mirror::Arrival>& arrivals) {
   const double now = context_.clock.now_s();
   const int64_t now_ms = context_.clock.unix_ms();
   for (const mirror::Arrival& file : arrivals) {
     std::optional<ContributionName> parsed = parse_contribution_name(file.name);
+    if (!parsed) parsed = parse_partial_name(file.name);
     if (!parsed || parsed->shard >= checked_.size() || parsed->worker == context_.config.worker ||
-        (!contains(members_, parsed->worker) && !contains(guests_, parsed->worker)) ||
-        checked_[parsed->shard].count(parsed->worker) ||
+        (!contains(members_, parsed->worker) && (parsed->partial || !contains(guests_, parsed->worker))) ||
+        (!parsed->partial && checked_[parsed->shard].count(parsed->worker)) ||
         !seen_contributions_.insert(file.name).second)
       continue;
     const std::string rel = round_dir() + "/" + file.name;
@@ -147,15 +156,28 @@ void RoundAgreement::check_new_contributions(const std::vector<mirror::Arrival>&
     }
     const wire::GradientShard& g = wf->header.gradient();
     if (!wf->header.has_gradient() || g.round() != round_ || g.shard_index() != parsed->shard ||
-        g.worker() != parsed->worker || g.reduced() || g.shard_count() != context_.config.shard_count) {
+        g.worker() != parsed->worker || g.reduced() || g.partial() != parsed->partial ||
+        g.shard_count() != context_.config.shard_count) {
       context_.reject(rel, str(context_.mirror.where(rel), ": header does not describe round ", round_, " shard ",
-                               parsed->shard, " of ", parsed->worker));
+                               parsed->shard, parsed->partial ? " (a partial delta)" : "", " of ", parsed->worker));
       continue;
     }
-    Contributor contributor{parsed->worker, g.tokens(), g.loss(), g.overflow(), wf->header.payload_checksum(), file.name};
+    Contributor contributor{parsed->worker, g.tokens(), g.loss(), g.overflow(), wf->header.payload_checksum(), file.name,
+                            parsed->partial};
     // Only a sharded owner sums from here (a slice each); all-gather reads each again when it
     // applies the commit, one at a time, instead of holding every peer's gradient.
     if (context_.config.pattern == ExchangePattern::all_gather) context_.buffers.give(std::move(wf->payload));
+    if (parsed->partial) {
+      auto& kept = partials_[parsed->shard];
+      const auto earlier = kept.find(parsed->worker);
+      if (earlier != kept.end() && earlier->second.contributor.tokens >= contributor.tokens) {
+        context_.buffers.give(std::move(wf->payload));
+        continue;
+      }
+      if (earlier != kept.end()) context_.buffers.give(std::move(earlier->second.file.payload));
+      kept.insert_or_assign(parsed->worker, Checked{std::move(contributor), std::move(*wf)});
+      continue;  // a partial says nothing about when the round began
+    }
     checked_[parsed->shard].emplace(parsed->worker, Checked{std::move(contributor), std::move(*wf)});
     round_origin_ = std::min(round_origin_, now - static_cast<double>(now_ms - file.arrived_unix_ms) / 1000.0);
   }
@@ -306,12 +328,17 @@ bool RoundAgreement::apply_commit(uint32_t k, const wire::WireView& file, const 
   std::vector<Contributor> contributors = contributors_of(commit.contributors());
   const std::string& self = context_.config.worker;
   for (const Contributor& c : contributors) {
-    if (!parse_contribution_name(c.file) || parse_contribution_name(c.file)->worker != c.worker) {
+    const std::optional<ContributionName> parsed = c.partial ? parse_partial_name(c.file) : parse_contribution_name(c.file);
+    if (!parsed || parsed->worker != c.worker || parsed->shard != k) {
       context_.reject(rel, str(rel, ": names no valid contribution file for ", c.worker));
       return false;
     }
     const bool own = c.worker == self && c.file == own_files_[k];
-    if (!own && !visible.count(c.file)) return false;  // still on its way
+    if (!own && !visible.count(c.file)) {
+      // A partial Δ is fetched only on request (Note [Partial deltas]).
+      if (c.partial && pinned_requested_.insert(c.file).second) context_.mirror.request(round_dir() + "/" + c.file);
+      return false;  // still on its way
+    }
   }
   ShardOutcome& shard = shards_[k];
   shard.view = commit.view();
@@ -448,6 +475,7 @@ void RoundAgreement::maybe_publish(uint32_t k, const std::set<std::string>& visi
         return;
       }
     }
+    if (!everyone && c.partial_deltas && !partials_looked_for(k, present, deadline)) return;
     if (epoch > 0) {
       ++context_.stats.failovers;
       context_.log().warn(str("round ", round_, " shard ", k, ": no agreement from ", owner(k, epoch - 1), " after ",
@@ -456,6 +484,24 @@ void RoundAgreement::maybe_publish(uint32_t k, const std::set<std::string>& visi
     publish_agreement(k, epoch);
     return;
   }
+}
+
+// Note [Partial deltas]: before it leaves members out, an owner asks for their partial deltas
+// and gives them a deadline (and two whole listings of the folder) to come down.
+bool RoundAgreement::partials_looked_for(uint32_t k, const std::vector<std::string>& present, double deadline) {
+  std::optional<PartialRequest>& request = partials_requested_[k];
+  if (!request) {
+    for (const std::string& m : members_)
+      if (!contains(present, m)) context_.mirror.request(str(round_dir(), "/", "p-", m, "-s", k, "-"));
+    request = PartialRequest{context_.clock.now_s(), context_.listings()};
+    return false;
+  }
+  return context_.clock.now_s() - request->at_s >= deadline && context_.listings() >= request->listings + 2;
+}
+
+// The bytes an owner sums for a contributor it pins (sharded): its whole contribution or its partial.
+const wire::WireFile& RoundAgreement::checked_file(uint32_t k, const Contributor& contributor) const {
+  return (contributor.partial ? partials_ : checked_)[k].at(contributor.worker).file;
 }
 
 void RoundAgreement::request_contributions(uint32_t k) {

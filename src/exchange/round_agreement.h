@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -41,6 +42,7 @@ struct Contributor {
   bool overflow = false;
   uint64_t checksum = 0;  // of the payload: pins the bytes
   std::string file;       // the contribution's name in the round folder: pins the file
+  bool partial = false;   // its partial Δ stood in for the whole one (Note [Partial deltas])
 };
 
 class RoundAgreement {
@@ -61,6 +63,13 @@ class RoundAgreement {
   void leave_out_not_before(double s) { leave_out_not_before_s_ = s; }
   // One look at the folder; true once every shard's agreement is applied into grad.
   bool poll();
+  // Note [Partial deltas]: this worker's Δ of `round` so far, between its inner steps (never
+  // while a round is being agreed: it shares the buffers). Earlier partials of the round that
+  // have not landed yet are taken back (nobody can have pinned them). Returns the bytes written.
+  uint64_t publish_partial(uint64_t round, const float* delta, size_t n, const LocalContribution& mine);
+  // After `round` is applied: own partials of it and earlier rounds go, but for one the
+  // agreement pinned (others may still be reading it; the round's garbage collection takes it).
+  void withdraw_partials(uint64_t round);
   // Nobody else is left (whole-run resume): this worker becomes the round's only member.
   void become_sole_member();
   // Members of this round that announced their departure: no failover wait for them.
@@ -111,6 +120,8 @@ class RoundAgreement {
   double contribution_deadline();
   std::vector<Candidate> candidates(uint32_t shard, const std::set<std::string>& visible) const;
   bool try_apply(uint32_t shard, const std::set<std::string>& visible);
+  bool partials_looked_for(uint32_t shard, const std::vector<std::string>& present, double deadline);
+  const wire::WireFile& checked_file(uint32_t shard, const Contributor& contributor) const;
   bool apply_commit(uint32_t shard, const wire::WireView& file, const std::string& name, const std::set<std::string>& visible);
   bool apply_reduced(uint32_t shard, const wire::WireView& file, const std::string& name);
   void recycle_buffers();
@@ -156,6 +167,14 @@ class RoundAgreement {
     wire::WireFile file;
   };
   std::vector<std::map<std::string, Checked>> checked_;  // per shard: worker -> its contribution that checked out
+  std::vector<std::map<std::string, Checked>> partials_;  // per shard: member -> its partial Δ with the most tokens
+  struct PartialRequest {
+    double at_s = 0;
+    uint64_t listings = 0;
+  };
+  std::vector<std::optional<PartialRequest>> partials_requested_;  // per shard, by an owner about to leave someone out
+  std::set<std::string> pinned_requested_;  // pinned partials this replica asked its syncer for
+  std::map<uint64_t, std::vector<std::string>> own_partials_;  // round -> own partial files, oldest first
   std::set<std::string> seen_contributions_;             // names already looked at
 };
 

@@ -20,6 +20,7 @@ void fill_contributors(google::protobuf::RepeatedPtrField<wire::Contribution>* l
     entry->set_overflow(c.overflow);
     entry->set_payload_checksum(c.checksum);
     entry->set_file(c.file);
+    entry->set_partial(c.partial);
   }
 }
 
@@ -114,14 +115,23 @@ void RoundAgreement::publish_agreement(uint32_t k, uint32_t epoch) {
   std::vector<Contributor> contributors{{c.worker, mine_.tokens, mine_.loss, mine_.overflow, own_checksums_[k], own_files_[k]}};
   for (const auto& [worker, checked] : checked_[k])
     if (!refused_(worker)) contributors.push_back(checked.contributor);
-  std::sort(contributors.begin(), contributors.end(), [](const Contributor& a, const Contributor& b) { return a.worker < b.worker; });
-  // Guests (Note [Late entry]) may be among them: only members are missed.
-  std::string missing;
-  for (const std::string& m : members_)
-    if (std::none_of(contributors.begin(), contributors.end(), [&](const Contributor& x) { return x.worker == m; })) {
-      missing += " " + m;
-      ++context_.stats.contributions_left_out;
+  // Guests (Note [Late entry]) may be among them: only members are missed. A missing member's
+  // partial Δ stands in for its whole one (Note [Partial deltas]).
+  std::string missing, salvaged;
+  for (const std::string& m : members_) {
+    if (std::any_of(contributors.begin(), contributors.end(), [&](const Contributor& x) { return x.worker == m; })) continue;
+    if (const auto partial = partials_[k].find(m); partial != partials_[k].end() && !refused_(m)) {
+      contributors.push_back(partial->second.contributor);
+      salvaged += str(" ", m, " (", partial->second.contributor.tokens, " tokens)");
+      ++context_.stats.partials_salvaged;
+      continue;
     }
+    missing += " " + m;
+    ++context_.stats.contributions_left_out;
+  }
+  std::sort(contributors.begin(), contributors.end(), [](const Contributor& a, const Contributor& b) { return a.worker < b.worker; });
+  if (!salvaged.empty())
+    context_.log().warn(str("round ", round_, " shard ", k, ": partial deltas stand in for the whole ones of", salvaged));
   if (!missing.empty()) context_.log().warn(str("round ", round_, " shard ", k, ": agreed without", missing));
   wire::FileHeader header = context_.new_header();
   wire::RoundView* view = nullptr;
@@ -160,7 +170,7 @@ void RoundAgreement::publish_agreement(uint32_t k, uint32_t epoch) {
             continue;
           }
           const std::string rel = round_dir() + "/" + x.file;
-          const wire::WireFile& file = checked_[k].at(x.worker).file;
+          const wire::WireFile& file = checked_file(k, x);
           sum.add(x.worker, x.tokens,
                   rejecting(rel, TokenWeightedSum::encoded(file.payload, decode_options(file.header.gradient().codec(), c.codec, rel))));
         }
@@ -168,9 +178,10 @@ void RoundAgreement::publish_agreement(uint32_t k, uint32_t epoch) {
       } catch (const std::exception& e) {
         // A contribution that does not decode: forget it and decide again without it.
         context_.log().error(str("round ", round_, " shard ", k, ": not publishing an agreement: ", e.what()));
-        std::erase_if(checked_[k], [&](const auto& entry) {
-          return context_.rejected(round_dir() + "/" + entry.second.contributor.file);
-        });
+        for (auto* list : {&checked_, &partials_})
+          std::erase_if((*list)[k], [&](const auto& entry) {
+            return context_.rejected(round_dir() + "/" + entry.second.contributor.file);
+          });
         return;
       }
       payload = context_.buffers.take();
@@ -187,4 +198,59 @@ void RoundAgreement::publish_agreement(uint32_t k, uint32_t epoch) {
   own_agreements_[name] = std::move(bytes);
   ++context_.stats.agreements_published;
 }
+
+uint64_t RoundAgreement::publish_partial(uint64_t round, const float* delta, size_t n, const LocalContribution& mine) {
+  const FolderExchangeConfig& c = context_.config;
+  const std::string dir = round_dir_name(round);
+  std::vector<std::string>& own = own_partials_[round];
+  // One that has not landed was seen by nobody: a newer one makes it pointless to upload.
+  std::erase_if(own, [&](const std::string& name) {
+    if (context_.mirror.landed(dir + "/" + name)) return false;
+    context_.mirror.withdraw(dir + "/" + name);
+    return true;
+  });
+  uint64_t written = 0;
+  std::string payload = context_.buffers.take();
+  std::string framed = context_.buffers.take();
+  for (uint32_t k = 0; k < c.shard_count; ++k) {
+    const ShardRange range = shard_range(n, c.shard_count, k);
+    wire::FileHeader header = context_.new_header();
+    wire::GradientShard* g = header.mutable_gradient();
+    g->set_round(round);
+    g->set_worker(c.worker);
+    g->set_shard_index(k);
+    g->set_shard_count(c.shard_count);
+    g->set_begin(range.begin);
+    g->set_end(range.end);
+    *g->mutable_codec() = codec_spec(c.codec);
+    g->set_tokens(mine.tokens);
+    g->set_loss(mine.loss);
+    g->set_overflow(mine.overflow);
+    g->set_partial(true);
+    payload.clear();
+    // No error feedback: the residual belongs to the whole Δ (a dead worker's is lost anyway).
+    if (!mine.overflow) codec::encode_into(delta + range.begin, range.size(), c.codec, payload);
+    const std::string name = partial_name(c.worker, k, context_.incarnation.token(str("p/", round, "/", k, "/", mine.tokens)));
+    wire::frame_into(header, payload, framed);
+    context_.publish(dir + "/" + name, framed);
+    written += framed.size();
+    own.push_back(name);
+  }
+  context_.buffers.give(std::move(payload));
+  context_.buffers.give(std::move(framed));
+  ++context_.stats.partials_published;
+  return written;
+}
+
+void RoundAgreement::withdraw_partials(uint64_t round) {
+  std::set<std::string> pinned;
+  if (round == round_)
+    for (const ShardOutcome& shard : shards_)
+      for (const Contributor& x : shard.contributors)
+        if (x.partial && x.worker == context_.config.worker) pinned.insert(x.file);
+  for (auto it = own_partials_.begin(); it != own_partials_.end() && it->first <= round; it = own_partials_.erase(it))
+    for (const std::string& name : it->second)
+      if (!pinned.count(name)) context_.mirror.withdraw(round_dir_name(it->first) + "/" + name);
+}
+
 }  // namespace gradbox::exchange

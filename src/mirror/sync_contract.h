@@ -38,8 +38,11 @@ inline constexpr std::string_view kTempMarker = ".tmp";
 inline constexpr std::string_view kControlFile = "control.json";
 
 // File-name prefixes that are fetched only on request: sharded contributions (only a shard's
-// owner needs them) and checkpoint parts (only a worker that loads the checkpoint).
+// owner needs them), partial DiLoCo deltas (only when one stands in for a worker that died:
+// Note [Partial deltas] in exchange/folder_exchange.h) and checkpoint parts (only a worker
+// that loads the checkpoint).
 inline constexpr std::string_view kContributionPrefix = "g-";
+inline constexpr std::string_view kPartialPrefix = "p-";
 inline constexpr std::string_view kCheckpointPartPrefix = "part-";
 
 // A folder checkpoint's part (checkpoints/<checkpoint>/part-NNNN.gbx): background traffic. A

@@ -7,6 +7,7 @@
 #include <limits>
 #include <map>
 #include <random>
+#include <set>
 
 #include "common/error.h"
 #include "mirror/memory_mirror.h"
@@ -35,6 +36,9 @@ const ProjectionConfig& checked(const ProjectionConfig& c) {
     GB_REQUIRE(c.overlap_steps == 0 || c.overlap_steps == 1, "per-step rounds overlap one step (--overlap), not ",
                c.overlap_steps, " (--overlap-steps is DiLoCo's)");
   }
+  GB_REQUIRE(c.partial_every == 0 || (c.partial_every > 0 && c.mode == ProjectedMode::diloco && c.round_seconds > 0 &&
+                                      c.overlap_steps > 0),
+             "--partial-every ", c.partial_every, ": only with --mode diloco, --round-seconds and --overlap-steps");
   GB_REQUIRE(c.syncer_pass_s > 0 && c.poll_s >= 0 && c.heartbeat_interval_s > 0 && c.deadline_floor_s >= 0,
              "the syncer's pass and the heartbeat interval must be positive, the poll and the deadline floor not negative");
   GB_REQUIRE(c.upload_mb_s >= 0 && c.download_mb_s >= 0 && c.lag_median_s >= 0 && c.request_s >= 0,
@@ -94,7 +98,7 @@ class ProjectionRun {
     f.pass_s = config_.syncer_pass_s;
     f.lost_listing = config_.lost_listing;
     f.partial = config_.partial;
-    f.on_demand_prefixes = {"part-"};
+    f.on_demand_prefixes = {"part-", "p-"};
     if (sharded()) f.on_demand_prefixes.push_back("g-");
     f.upload_bytes_per_s = config_.upload_mb_s * 1e6;
     f.download_bytes_per_s = config_.download_mb_s * 1e6;
@@ -107,7 +111,7 @@ class ProjectionRun {
     f.nominal_bytes = [gradient_bytes, checkpoint_bytes, shard_count, model_parts](const std::string& rel,
                                                                                    uint64_t bytes) {
       const std::string name = base_name(rel);
-      if (rel.starts_with("rounds/") && (name.starts_with("g-") || name.starts_with("r-s")))
+      if (rel.starts_with("rounds/") && (name.starts_with("g-") || name.starts_with("p-") || name.starts_with("r-s")))
         return static_cast<uint64_t>(gradient_bytes / shard_count);
       // The first parts slice model.safetensors, the simulated model's whole state: they stand
       // for the real checkpoint, an equal share each (the other parts are a few bytes of JSON).
@@ -138,6 +142,10 @@ class ProjectionRun {
     // As README sizes it: well above the folder's p90 lag, and above the contribution wait.
     const double lag_p90 = std::max(config_.lag_p90_s, config_.lag_median_s);
     c.failover_timeout_s = std::max({60.0, 8 * lag_p90, c.contribution_timeout_s + 60});
+    if (config_.partial_every > 0) {  // an owner waits a deadline more for partial deltas
+      c.partial_deltas = true;
+      c.failover_timeout_s = std::max(c.failover_timeout_s, 2 * c.contribution_timeout_s + 60);
+    }
     c.give_up_timeout_s = 1e9;
     c.heartbeat_interval_s = config_.heartbeat_interval_s;
     c.stale_after_s = 2 * c.failover_timeout_s;
@@ -177,6 +185,7 @@ class ProjectionRun {
       spec.exchange.boxes_from_agreement = config_.overlap_steps > 0;
       spec.exchange.round_seconds = config_.round_seconds;
     }
+    spec.partial_every = config_.partial_every;
     mirror::MemoryMirror& mirror = folder_.disk(name);
     const mirror::Simulation::ProcessId id =
         sim_.spawn(name, [this, spec, &mirror](mirror::Clock& clock) { run_sim_worker(spec, mirror, clock, observer_); });
@@ -189,6 +198,7 @@ class ProjectionRun {
     sim_.at(sim_.now_s() + life_s, [this, seat, id] {
       if (!sim_.alive(id) || !observer_.finals().empty()) return;  // the run is over
       sim_.kill(id);
+      died_[sessions_[seat] == 1 ? seat : str(seat, "s", sessions_[seat])] = sim_.now_s();
       ++deaths_;
       sim_.at(sim_.now_s() + config_.setup_minutes * 60, [this, seat] {
         if (!observer_.finals().empty()) return;
@@ -240,7 +250,50 @@ class ProjectionRun {
     const double days = end_s / 86400;
     p.upload_gb_per_worker_day = static_cast<double>(busiest.first) / 1e9 / days;
     p.round_upload_gb_per_worker_day = static_cast<double>(busiest.second) / 1e9 / days;
+    p.time = time_shares(end_s, p.rounds);
     return p;
+  }
+
+  // Projection::TimeShares: each step of each session up to the last round, against the
+  // tokens its round's agreement holds from that session.
+  Projection::TimeShares time_shares(double end_s, uint64_t last_round) const {
+    Projection::TimeShares t;
+    const double seat_s = config_.workers * end_s;
+    if (seat_s <= 0) return t;
+    std::map<std::pair<std::string, uint64_t>, int> computed;  // (session, round) -> steps
+    std::map<std::string, double> first_step;
+    for (const SimObserver::Step& s : observer_.steps()) {
+      if (s.round > last_round || s.at_s > end_s) continue;
+      ++computed[{s.worker, s.round}];
+      first_step.try_emplace(s.worker, s.at_s - compute_s_);
+    }
+    std::set<std::pair<std::string, uint64_t>> applied;  // (session, round) it applied
+    for (const SimObserver::Applied& a : observer_.history()) applied.insert({a.worker, a.round});
+    double useful = 0, lost_at_death = 0, left_out = 0;
+    for (const auto& [key, steps] : computed) {
+      double in_average = 0;
+      if (auto round = observer_.contributions().find(key.second); round != observer_.contributions().end())
+        for (const exchange::AgreedContribution& c : round->second)
+          if (c.worker == key.first) in_average = static_cast<double>(c.tokens) / static_cast<double>(config_.tokens_per_step);
+      const double lost = std::max(0.0, steps - in_average);
+      useful += std::min<double>(steps, in_average);
+      (died_.count(key.first) && !applied.count(key) ? lost_at_death : left_out) += lost;
+    }
+    t.useful = useful * compute_s_ / seat_s;
+    t.lost_at_death = lost_at_death * compute_s_ / seat_s;
+    t.left_out = left_out * compute_s_ / seat_s;
+    t.setup = std::min(seat_s, joins_ * config_.setup_minutes * 60) / seat_s;
+    double joining = 0;
+    for (const auto& [worker, started] : observer_.starts()) {
+      // Until its first step, or its death or the run's end if it never took one.
+      double until = end_s;
+      if (const auto first = first_step.find(worker); first != first_step.end()) until = std::min(until, first->second);
+      if (const auto death = died_.find(worker); death != died_.end()) until = std::min(until, death->second);
+      joining += std::max(0.0, until - std::min(started, end_s));
+    }
+    t.joining = joining / seat_s;
+    t.idle = 1 - t.useful - t.lost_at_death - t.left_out - t.setup - t.joining;
+    return t;
   }
 
   ProjectionConfig config_;
@@ -254,6 +307,7 @@ class ProjectionRun {
   std::vector<std::string> founders_;
   std::vector<std::pair<std::string, std::string>> disks_;  // (disk = worker name, seat)
   std::map<std::string, int> sessions_;
+  std::map<std::string, double> died_;  // sessions killed, and when
   int deaths_ = 0, joins_ = 0;
 };
 

@@ -46,6 +46,9 @@ struct ProjectionConfig {
   // DiLoCo: > 0 time-boxes rounds to this many seconds, and a joiner computes in the round in
   // progress (Note [Late entry] in exchange/folder_exchange.h) instead of waiting for the next.
   double round_seconds = 0;
+  // DiLoCo with overlapped time boxes: the Δ so far is published every this many inner steps,
+  // so that a session dying mid-box still contributes its steps (Note [Partial deltas]).
+  int partial_every = 0;
   double wire_bytes_per_parameter = 2;      // after the codec (fp16 + zstd ~ 2 / 1.2)
   // The source scheme waits for every worker, every step; gradbox bounds the wait.
   bool wait_for_all = false;
@@ -86,6 +89,14 @@ struct Projection {
   double upload_gb_per_worker_day = 0;
   double round_upload_gb_per_worker_day = 0;
   int deaths = 0, joins = 0;
+  // Where the workers' time went, as shares of workers x the run's length (they sum to 1):
+  // steps whose tokens are in an agreed average (the utilisation), steps lost with a session
+  // that died, steps left out of averages by live workers (too late), new sessions' set-up,
+  // starting (the founders) or joining (checkpoint fetch, replay) until a session's first step,
+  // and the rest: waiting on the exchange, and the run's end.
+  struct TimeShares {
+    double useful = 0, lost_at_death = 0, left_out = 0, setup = 0, joining = 0, idle = 0;
+  } time;
   std::vector<std::string> failures;      // processes that ended with an error (none expected)
 };
 

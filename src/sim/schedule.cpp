@@ -56,6 +56,8 @@ exchange::FolderExchangeConfig worker_config(const std::string& name, const std:
 
 class Scheduler {
  public:
+  static constexpr double kBoxSeconds = 0.8;  // steps take 0.1-0.4 s
+
   explicit Scheduler(const ScheduleOptions& options)
       : options_(options),
         rng_(options.seed * 0x9e3779b97f4a7c15ull + 1),
@@ -74,7 +76,8 @@ class Scheduler {
   ScheduleReport run() {
     report_.seed = options_.seed;
     report_.pattern = std::string(sharded_ ? "sharded" : "all-gather") +
-                      (options_.inner_steps > 1 ? str(", DiLoCo H=", options_.inner_steps) : "");
+                      (options_.inner_steps > 1 ? str(", DiLoCo H=", options_.inner_steps) : "") +
+                      (options_.boxed ? ", overlapped boxes, partial deltas" : "");
     for (const std::string& name : founders_) start(name);
     plan_faults();
     sim_.run_until(options_.horizon_s);
@@ -90,7 +93,7 @@ class Scheduler {
     f.lag_p90_s = f.lag_median_s * (2 + 4 * uniform());
     f.lost_listing = 0.05 * uniform();
     f.partial = 0.1 * uniform();
-    f.on_demand_prefixes = {"part-"};
+    f.on_demand_prefixes = {"part-", "p-"};
     if (sharded_) f.on_demand_prefixes.push_back("g-");  // as gradbox train starts its syncer
     return f;
   }
@@ -107,6 +110,16 @@ class Scheduler {
     spec.parameters = 48;
     spec.tokens_per_round = 500 + rng_() % 1000;
     spec.inner_steps = options_.inner_steps;
+    if (options_.boxed) {
+      GB_CHECK(options_.inner_steps > 1, "boxed schedules are DiLoCo's");
+      spec.round_seconds = kBoxSeconds;
+      spec.overlap_steps = options_.inner_steps - 1;
+      spec.partial_every = 2;
+      spec.exchange.late_entry = spec.exchange.boxes_from_agreement = spec.exchange.partial_deltas = true;
+      spec.exchange.round_seconds = kBoxSeconds;
+      // An owner waits a deadline more for partial deltas, inside its failover window.
+      spec.exchange.contribution_timeout_s = 0.4 * spec.exchange.failover_timeout_s;
+    }
     mirror::MemoryMirror& disk = folder_.disk(name);
     ids_[name] = sim_.spawn(name, [this, spec, &disk](mirror::Clock& clock) { run_sim_worker(spec, disk, clock, observer_); });
   }
@@ -202,6 +215,7 @@ class Scheduler {
       report_.self_elections += j.value("self_elections", 0u);
       report_.failovers += j.value("failovers", 0u);
       report_.blind_waits += j.value("blind_waits", 0u);
+      report_.partials_salvaged += j.value("partials_salvaged", 0u);
       if (j.value("rejected_files", 0u) > 0)
         fail(str(name, " rejected a file: ", j["rejected"].empty() ? std::string("?") : j["rejected"][0].get<std::string>()));
     }
@@ -227,7 +241,7 @@ std::string describe(const ScheduleReport& r) {
   return str("seed ", r.seed, " (", r.pattern, "): ", r.ok ? "ok" : "FAILED: " + r.failure, " | ", r.kills, " kills, ",
              r.pauses, " pauses, ", r.outages, " outages (", r.partitions, " partitions), ", r.divergent_rounds,
              " divergent rounds, ", r.repairs, " repairs, ", r.failovers, " failovers, ", r.self_elections,
-             " self-elections, ", r.blind_waits, " blind waits, ", static_cast<int64_t>(r.virtual_seconds), " virtual s");
+             " self-elections, ", r.blind_waits, " blind waits, ", r.partials_salvaged, " partial deltas pinned, ", static_cast<int64_t>(r.virtual_seconds), " virtual s");
 }
 
 }  // namespace gradbox::sim

@@ -30,6 +30,10 @@ struct ScheduleOptions {
   uint64_t max_divergent_rounds = 12;
   double horizon_s = 4000;       // virtual seconds before "no progress"
   int inner_steps = 1;           // > 1: DiLoCo rounds of that many steps (sim_worker.h)
+  // With DiLoCo: overlapped time-boxed rounds (boxes of about half the inner steps of a
+  // worker's compute, H - 1 steps overlapped) with a partial Δ every other inner step (Note
+  // [Overlapped time-boxed rounds], Note [Partial deltas] in exchange/folder_exchange.h).
+  bool boxed = false;
 };
 
 struct ScheduleReport {
@@ -38,6 +42,7 @@ struct ScheduleReport {
   std::string failure;           // the first broken invariant, with the seed to replay it
   int kills = 0, pauses = 0, outages = 0, partitions = 0;  // partitions: outages of several workers at once
   uint64_t divergent_rounds = 0, repairs = 0, self_elections = 0, failovers = 0, blind_waits = 0;
+  uint64_t partials_salvaged = 0;  // partial deltas owners pinned (boxed schedules)
   double virtual_seconds = 0;
   std::string pattern;
 };

@@ -100,9 +100,14 @@ std::vector<float> initial_parameters(size_t n) {
   return params;
 }
 
-void SimObserver::applied(const Applied& a) {
+void SimObserver::applied(const Applied& a, std::vector<exchange::AgreedContribution> contributions) {
   history_.push_back(a);
+  if (a.contributors > 0) contributions_.try_emplace(a.round, std::move(contributions));
 }
+
+void SimObserver::stepped(const std::string& worker, uint64_t round, double at_s) { steps_.push_back({worker, round, at_s}); }
+
+void SimObserver::started(const std::string& worker, double at_s) { starts_.try_emplace(worker, at_s); }
 
 void SimObserver::resynced(const std::string& worker, uint64_t round) {
   resyncs_[worker].push_back(round);
@@ -143,6 +148,7 @@ fs::path scratch_root() {
 void run_sim_worker(const SimWorkerSpec& spec, mirror::Mirror& mirror, mirror::Clock& clock, SimObserver& observer) {
   // As the trainer: resume from the newest local checkpoint, else start from the initial weights.
   const bool diloco = spec.inner_steps > 1;
+  observer.started(spec.name, clock.now_s());
   std::optional<Local> resumed = newest_local_checkpoint(spec.run_dir, spec.parameters);
   Local local = resumed ? *resumed : Local{0, initial_parameters(spec.parameters), {}};
   if (diloco && local.momentum.empty()) local.momentum.assign(spec.parameters, 0.0f);
@@ -183,6 +189,7 @@ void run_sim_worker(const SimWorkerSpec& spec, mirror::Mirror& mirror, mirror::C
     while (taken < spec.inner_steps) {
       toy_gradient(spec.name, round * 1000 + static_cast<uint64_t>(taken), inner, grad);
       compute();
+      observer.stepped(spec.name, round, clock.now_s());
       for (size_t i = 0; i < inner.size(); ++i) inner[i] -= static_cast<float>(spec.lr) * grad[i];
       ++taken;
       exchange->between_rounds((round - 1) * static_cast<uint64_t>(spec.inner_steps) + static_cast<uint64_t>(taken));
@@ -191,6 +198,11 @@ void run_sim_worker(const SimWorkerSpec& spec, mirror::Mirror& mirror, mirror::C
       const double next_step = spec.overlap_steps > 0 ? std::max(0.0, spec.compute_s - overlapped_s)
                                                       : (clock.now_s() - entered) / taken;
       if (spec.round_seconds > 0 && clock.now_s() - opened + next_step > spec.round_seconds) break;
+      if (spec.partial_every > 0 && taken % spec.partial_every == 0 && taken < spec.inner_steps) {
+        for (size_t i = 0; i < inner.size(); ++i) grad[i] = local.params[i] - inner[i];
+        exchange->offer_partial(round, grad.data(), grad.size(),
+                                {spec.tokens_per_round * static_cast<uint64_t>(taken), 1.0, false});
+      }
     }
     for (size_t i = 0; i < inner.size(); ++i) grad[i] = local.params[i] - inner[i];
     return taken;
@@ -215,6 +227,7 @@ void run_sim_worker(const SimWorkerSpec& spec, mirror::Mirror& mirror, mirror::C
         taken = 1;
         toy_gradient(spec.name, round, local.params, grad);
         compute();
+        observer.stepped(spec.name, round, clock.now_s());
         mine = {spec.tokens_per_round, 1.0, false};
       } else {
         std::fill(grad.begin(), grad.end(), 0.0f);
@@ -240,7 +253,8 @@ void run_sim_worker(const SimWorkerSpec& spec, mirror::Mirror& mirror, mirror::C
       const std::vector<float> state = local.state();
       exchange->after_update(round, state.data(), state.size());
       observer.applied({spec.name, round, checksum_of(state), contributes, taken, result.wait_seconds,
-                       result.contributors, result.tokens, clock.now_s()});
+                        result.contributors, result.tokens, clock.now_s()},
+                       result.contributions);
       if (spec.checkpoint_interval > 0 && round % static_cast<uint64_t>(spec.checkpoint_interval) == 0) checkpoint();
     }
   };

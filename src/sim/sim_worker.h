@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "exchange/exchange_config.h"
+#include "exchange/gradient_exchange.h"
 #include "mirror/clock.h"
 #include "mirror/mirror.h"
 
@@ -43,6 +44,9 @@ struct SimWorkerSpec {
   // --overlap), τ < inner_steps with DiLoCo (--overlap-steps). Timing only: those steps are
   // charged the compute the exchange's wait did not cover; the toy update is not delayed.
   int overlap_steps = 0;
+  // > 0 (with overlapped time-boxed rounds): the Δ so far goes out every this many inner steps
+  // while the box is open (Note [Partial deltas] in exchange/folder_exchange.h).
+  int partial_every = 0;
   // Fault injection: after this round the replica's parameters are nudged once, as a silent
   // divergence (a bad GPU, a flipped bit) would (0: never).
   uint64_t perturb_after_round = 0;
@@ -63,18 +67,33 @@ class SimObserver {
     uint64_t tokens = 0;      // the round's average's tokens (RoundResult::tokens)
     double at_s = 0;          // virtual time it was applied
   };
-  void applied(const Applied& a);
+  void applied(const Applied& a, std::vector<exchange::AgreedContribution> contributions = {});
+  // A worker took one step of compute (an inner step, or a per-step round's gradient) for `round`.
+  void stepped(const std::string& worker, uint64_t round, double at_s);
+  void started(const std::string& worker, double at_s);  // a session's worker process began
   void resynced(const std::string& worker, uint64_t round);
   void finished(const std::string& worker, uint64_t checksum, double at_s);
   double last_finish_s() const;
 
   std::vector<Applied> history() const;
+  // Who contributed how many tokens to each round, as its first application said.
+  const std::map<uint64_t, std::vector<exchange::AgreedContribution>>& contributions() const { return contributions_; }
+  struct Step {
+    std::string worker;
+    uint64_t round;
+    double at_s;
+  };
+  const std::vector<Step>& steps() const { return steps_; }
+  const std::map<std::string, double>& starts() const { return starts_; }
   std::map<std::string, uint64_t> finals() const;   // worker -> parameters checksum at the end
   std::map<std::string, std::vector<uint64_t>> resyncs() const;  // worker -> rounds
   uint64_t max_round() const;
 
  private:
   std::vector<Applied> history_;
+  std::map<uint64_t, std::vector<exchange::AgreedContribution>> contributions_;
+  std::vector<Step> steps_;
+  std::map<std::string, double> starts_;
   std::map<std::string, uint64_t> finals_;
   double last_finish_s_ = 0;
   std::map<std::string, std::vector<uint64_t>> resyncs_;

@@ -134,8 +134,21 @@ double Trainer::diloco_step(double lr) {
       outer_round(next_round(), (first + i) % fragments_.size());
   } else if (round_ends_after_step(done)) {
     outer_round(round, fragment_due_after(done), config_.overlap_steps > 0);
+  } else if (contributes) {
+    offer_partial_delta(round);
   }
   return local.loss;
+}
+
+void Trainer::offer_partial_delta(uint64_t round) {
+  if (config_.partial_every <= 0 || !exchange_ || in_flight_ || round_inner_steps_ % config_.partial_every != 0) return;
+  // delta_ is free while no round is in flight; the round's own Δ overwrites it when it goes.
+  outer_->pseudo_gradient(flat_->params(), fragments_[0], delta_);
+  if (!std::isfinite(delta_.norm().item<double>())) return;  // the whole Δ will say so
+  const int64_t tokens = round_tokens_[0];
+  const exchange::LocalContribution mine{static_cast<uint64_t>(tokens),
+                                         tokens > 0 ? round_loss_sum_[0] / static_cast<double>(tokens) : 0.0};
+  exchange_->offer_partial(round, delta_.data_ptr<float>(), static_cast<size_t>(delta_.numel()), mine);
 }
 
 bool Trainer::boxed_overlap() const { return config_.round_seconds > 0 && config_.overlap_steps > 0; }
@@ -289,6 +302,10 @@ void Trainer::apply_fragment_round() {
                          {"inner_steps", r.inner_steps}, {"round_seconds", seconds},
                          {"wait_seconds", result.wait_seconds}, {"bytes_written", result.bytes_written}};
   if (fragments_.size() > 1) line["fragment"] = r.fragment;
+  // Note [Partial deltas] in exchange/folder_exchange.h: workers whose Δ so far stood in.
+  const auto partial = std::count_if(result.contributions.begin(), result.contributions.end(),
+                                     [](const exchange::AgreedContribution& c) { return c.partial; });
+  if (partial > 0) line["partial_contributors"] = partial;
   metrics_->write(line);
   if (exchange_ && !skip) {
     const torch::Tensor state = replica_state();

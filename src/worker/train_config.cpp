@@ -111,6 +111,10 @@ void TrainConfig::validate() const {
                                   "--grad-accum the most a round may take (more than 1)");
     GB_REQUIRE(emulate_workers.empty(), "--round-seconds: not with --emulate-workers (the emulation has no clock)");
   }
+  GB_REQUIRE(partial_every >= 0, "--partial-every: must be >= 0, got ", partial_every);
+  GB_REQUIRE(partial_every == 0 || (sync == SyncMode::diloco && round_seconds > 0 && overlap_steps > 0),
+             "--partial-every: only with overlapped time-boxed DiLoCo rounds (--sync diloco --round-seconds S "
+             "--overlap-steps T)");
 }
 
 std::vector<EmulatedWorker> parse_emulated_workers(const std::string& spec) {
@@ -182,6 +186,7 @@ nlohmann::json TrainConfig::to_json() const {
       {"round_seconds", round_seconds},
       {"fragments", fragments},
       {"overlap_steps", overlap_steps},
+      {"partial_every", partial_every},
   };
 }
 
@@ -243,6 +248,7 @@ TrainConfig TrainConfig::from_json(const nlohmann::json& j, const std::string& w
   get("round_seconds", c.round_seconds);
   get("fragments", c.fragments);
   get("overlap_steps", c.overlap_steps);
+  get("partial_every", c.partial_every);
   return c;
 }
 

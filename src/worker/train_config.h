@@ -86,6 +86,10 @@ struct TrainConfig {
   // steps compute, and its outer step is merged into the weights then.
   int64_t fragments = 1;
   int64_t overlap_steps = 0;
+  // > 0, with overlapped time-boxed rounds: the Δ so far goes into the folder every this many
+  // inner steps, so a session that dies mid-round still contributes its steps (Note [Partial
+  // deltas] in exchange/folder_exchange.h).
+  int64_t partial_every = 0;
 
   void validate() const;  // throws InputError naming the flag
   nlohmann::json to_json() const;

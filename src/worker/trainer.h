@@ -117,6 +117,9 @@ class Trainer {
   // --overlap-steps) after the next overlap_steps inner steps, by apply_fragment_round.
   void outer_round(uint64_t round, size_t fragment, bool in_background = false);
   void apply_fragment_round();
+  // --partial-every: the round's Δ so far into the exchange, every that many inner steps while
+  // the box is open and no round is in flight (Note [Partial deltas] in exchange/folder_exchange.h).
+  void offer_partial_delta(uint64_t round);
   void emulated_average(torch::Tensor& delta, exchange::RoundResult& result);
   // What replicas must agree on after a round, on the CPU: the parameters, then (DiLoCo) the
   // outer momentum. Fingerprints and folder checkpoints' checksums cover it.

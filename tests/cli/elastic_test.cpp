@@ -457,6 +457,60 @@ TEST_F(ElasticTest, ATimeBoxedDiLoCoJoinerComputesInTheRoundInProgress) {
   EXPECT_LE(c_steps, a_then["inner_steps"].get<int>() + 5) << "c had what was left of the round's box";
 }
 
+// Note [Partial deltas] with real processes: c, publishing its delta so far every 50 inner
+// steps, is killed with SIGKILL in the middle of a box once one of those partials has landed in
+// the shared folder. The owner of that round pins c's newest partial in its place: a and b
+// apply it (the round shows a partial contributor), go on without c and end identical.
+TEST_F(ElasticTest, AWorkerKilledMidBoxStillContributesItsPartialDelta) {
+  const fs::path base = dir("partial_deltas");
+  const int h = 8000, rounds = 6, steps = rounds * h;
+  const std::vector<std::string> sync = {"--sync", "diloco", "--inner-steps", std::to_string(h), "--round-seconds", "4",
+                                         "--overlap-steps", std::to_string(h - 1), "--partial-every", "50",
+                                         "--failover-timeout", "8", "--checkpoint-interval", std::to_string(h),
+                                         "--log-interval", "100000"};
+  std::map<std::string, pid_t> pids;
+  for (const std::string name : {"a", "b", "c"}) pids[name] = start(base, name, with(steps, "a,b,c", sync));
+  // A partial of round 2 or later that has landed (its .sent marker): then c dies mid-box.
+  int partial_round = 0;
+  ASSERT_TRUE(wait_for([&] {
+    std::error_code ec;
+    for (const auto& r : fs::directory_iterator(base / "c" / "sync" / "outbox" / "rounds", ec)) {
+      const int round = std::stoi(r.path().filename().string().substr(1));
+      if (round < 2) continue;
+      bool whole = false, landed_partial = false;
+      for (const auto& f : fs::directory_iterator(r.path(), ec)) {
+        const std::string name = f.path().filename().string();
+        whole |= name.starts_with("g-c");
+        landed_partial |= name.starts_with("p-c") && name.ends_with(".sent");
+      }
+      if (landed_partial && !whole) partial_round = round;
+    }
+    return partial_round > 0;
+  })) << logs(base, "c");
+  kill(pids["c"], SIGKILL);
+  EXPECT_EQ(wait_process(pids["c"]), 128 + SIGKILL);
+  pids.erase("c");
+  for (const auto& [name, pid] : pids) ASSERT_EQ(wait_process(pid), 0) << logs(base, name);
+
+  const std::string model = final_model(base, "a", steps);
+  ASSERT_FALSE(model.empty());
+  EXPECT_EQ(final_model(base, "b", steps), model);
+  int salvaged_round = 0;
+  for (const nlohmann::json& r : records(base / "a", "round"))
+    if (r.value("partial_contributors", 0) > 0) salvaged_round = r["round"].get<int>();
+  std::cout << "partial deltas: c killed mid-box in round " << partial_round << "; a's round " << salvaged_round
+            << " held c's partial\n";
+  EXPECT_EQ(salvaged_round, partial_round) << logs(base, "a");
+  const uint64_t salvaged = exchange_stats(base, "a").value("partials_salvaged", 0ull) +
+                            exchange_stats(base, "b").value("partials_salvaged", 0ull);
+  EXPECT_EQ(salvaged, 1u);
+  for (const std::string name : {"a", "b"}) {
+    const nlohmann::json ex = exchange_stats(base, name);
+    EXPECT_EQ(ex["round"], rounds) << name << ": " << ex.dump();
+    EXPECT_EQ(ex["rejected_files"], 0) << name << ": " << ex.dump();
+  }
+}
+
 TEST_F(ElasticTest, AllDiLoCoWorkersDieAndOneRestartResumesTheRun) {
   const fs::path base = dir("elastic_diloco_resume");
   Options o = with(32, "a,b", {"--sync", "diloco", "--inner-steps", "4"});

@@ -247,6 +247,90 @@ TEST(ElasticProtocol, AJoinerEntersTheTimeBoxedRoundInProgress) {
   EXPECT_GT(next.first_round_of_three, 3u) << "without late entry c waits for the next view";
 }
 
+// Note [Partial deltas]: c dies without warning in the middle of round 3's box. With partials
+// every 2 inner steps, the owner of round 3 asks for c's, waits a deadline for them and pins the
+// newest in c's place: round 3's average holds c's steps up to its last partial, a and b apply
+// identical bytes, and c is out of round 4's view. Without partials round 3 goes on without c.
+struct DyingMemberRun {
+  std::vector<AgreedContribution> round3;  // as a applied it
+  std::vector<AgreedContribution> round4;
+  int c_steps_in_round3 = 0;                // the steps c computed before it died
+  uint64_t salvaged = 0;                    // partials pinned, by every owner
+  uint64_t tokens_per_step = 0;
+};
+
+DyingMemberRun run_with_a_member_dying_mid_box(const std::string& name, int partial_every) {
+  ElasticRun run(name, {"a", "b", "c"});
+  std::map<std::string, mirror::Simulation::ProcessId> ids;
+  sim::SimWorkerSpec last;
+  for (const std::string w : {"a", "b", "c"}) {
+    sim::SimWorkerSpec s = run.spec(w, 6);
+    s.inner_steps = 30;
+    s.compute_s = 1.0;
+    s.round_seconds = 20;
+    s.overlap_steps = 10;
+    s.partial_every = partial_every;
+    s.checkpoint_interval = 2;
+    s.exchange.late_entry = true;
+    s.exchange.boxes_from_agreement = true;
+    s.exchange.round_seconds = 20;
+    s.exchange.partial_deltas = partial_every > 0;
+    s.exchange.contribution_timeout_s = 5;
+    s.exchange.failover_timeout_s = 30;
+    s.exchange.stale_after_s = 60;
+    s.exchange.give_up_timeout_s = 300;
+    ids[w] = run.start(s);
+    last = s;
+  }
+  // Boxes of 20 s from about 3 s (the initial weights): round 3's is open from ~43 s.
+  run.cluster().sim().at(54.5, [&] { run.cluster().sim().kill(ids["c"]); });
+  run.cluster().sim().run_until(1e5);
+  EXPECT_TRUE(run.cluster().sim().failures().empty()) << run.cluster().sim().failures().front();
+  EXPECT_TRUE(run.divergent_rounds().empty()) << run.divergent_rounds().front();
+  const std::map<std::string, uint64_t> finals = run.observer().finals();
+  EXPECT_EQ(finals.size(), 2u);
+  if (finals.size() == 2) EXPECT_EQ(finals.at("a"), finals.at("b"));
+  DyingMemberRun out;
+  out.tokens_per_step = last.tokens_per_round;
+  const auto& contributions = run.observer().contributions();
+  if (contributions.count(3)) out.round3 = contributions.at(3);
+  if (contributions.count(4)) out.round4 = contributions.at(4);
+  for (const sim::SimObserver::Step& step : run.observer().steps()) out.c_steps_in_round3 += step.worker == "c" && step.round == 3;
+  for (const std::string w : {"a", "b"}) out.salvaged += run.cluster().stats(w)["partials_salvaged"].get<uint64_t>();
+  return out;
+}
+
+const AgreedContribution* contribution_of(const std::vector<AgreedContribution>& round, const std::string& worker) {
+  for (const AgreedContribution& c : round)
+    if (c.worker == worker) return &c;
+  return nullptr;
+}
+
+TEST(ElasticProtocol, AMemberDyingMidBoxStillContributesItsPartialDelta) {
+  const DyingMemberRun with = run_with_a_member_dying_mid_box("partial_deltas", 2);
+  std::cout << "c computed " << with.c_steps_in_round3 << " steps of round 3 before it died\n";
+  ASSERT_GE(with.c_steps_in_round3, 4) << "the kill must come mid-box, after a partial";
+  const AgreedContribution* c = contribution_of(with.round3, "c");
+  ASSERT_NE(c, nullptr) << "round 3's average has no part of c";
+  EXPECT_TRUE(c->partial);
+  const uint64_t steps = c->tokens / with.tokens_per_step;
+  EXPECT_EQ(c->tokens % with.tokens_per_step, 0u);
+  // Its newest partial: the last even step count it reached (one still uploading may miss).
+  EXPECT_LE(steps, static_cast<uint64_t>(with.c_steps_in_round3));
+  EXPECT_GE(steps + 2, static_cast<uint64_t>(with.c_steps_in_round3 / 2 * 2));
+  EXPECT_EQ(steps % 2, 0u);
+  ASSERT_NE(contribution_of(with.round3, "a"), nullptr);
+  EXPECT_FALSE(contribution_of(with.round3, "a")->partial);
+  EXPECT_EQ(with.salvaged, 1u) << "one owner pinned one partial";
+  EXPECT_EQ(contribution_of(with.round4, "c"), nullptr) << "c is out of the next view";
+  EXPECT_EQ(with.round4.size(), 2u);
+
+  const DyingMemberRun without = run_with_a_member_dying_mid_box("no_partial_deltas", 0);
+  EXPECT_EQ(contribution_of(without.round3, "c"), nullptr);
+  EXPECT_EQ(without.round3.size(), 2u);
+  EXPECT_EQ(without.salvaged, 0u);
+}
+
 // The contribution deadline follows the lags it observes: from the ceiling down to what the
 // folder needs, so that a dead worker costs the others little.
 TEST(ElasticProtocol, TheDeadlineAdaptsToTheObservedLags) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <iostream>
 
 #include "sim/projection.h"
 
@@ -152,6 +153,57 @@ TEST(Projection, DyingSessionsCostTimeAndRejoin) {
   EXPECT_EQ(mortal.rounds, immortal.rounds);  // the run still finishes
   EXPECT_LT(mortal.speedup, immortal.speedup * 0.95);
   EXPECT_GT(mortal.speedup, 1.0);
+}
+
+// Overlapped time-boxed DiLoCo rounds of 10 x 100 s steps, with sessions living an hour on
+// average. Where the time went adds up, and the share in averages is the utilisation.
+ProjectionConfig mortal_boxes() {
+  ProjectionConfig c = small();
+  c.mode = ProjectedMode::diloco;
+  c.inner_steps = 20;
+  c.overlap_steps = 19;
+  c.round_seconds = 1000;
+  c.upload_mb_s = c.download_mb_s = 50;
+  c.lag_median_s = 5;
+  c.lag_p90_s = 20;
+  c.contribution_timeout_s = 60;
+  c.hours = 12;  // of H=20 rounds: 12 h of boxes of 10 steps
+  c.session_mean_hours = 1;
+  c.setup_minutes = 5;
+  c.checkpoint_hours = 0.5;
+  return c;
+}
+
+void expect_time_adds_up(const Projection& p) {
+  const Projection::TimeShares& t = p.time;
+  for (double share : {t.useful, t.lost_at_death, t.left_out, t.setup, t.joining, t.idle}) EXPECT_GE(share, -1e-9);
+  EXPECT_NEAR(t.useful + t.lost_at_death + t.left_out + t.setup + t.joining + t.idle, 1.0, 1e-9);
+  EXPECT_NEAR(t.useful, p.utilisation, 1e-6);
+}
+
+// Note [Partial deltas]: with the Δ so far published every step, a death loses the steps since
+// the last partial instead of the whole box so far.
+TEST(Projection, PartialDeltasSalvageWhatDyingSessionsComputed) {
+  ProjectionConfig c = mortal_boxes();
+  const Projection whole = project(c);
+  c.partial_every = 1;
+  const Projection partial = project(c);
+  expect_clean(whole);
+  expect_clean(partial);
+  expect_time_adds_up(whole);
+  expect_time_adds_up(partial);
+  for (const Projection* p : {&whole, &partial})
+    std::cout << (p == &whole ? "whole deltas: " : "partial deltas: ") << p->speedup << "x, " << p->deaths
+              << " deaths; time in averages " << p->time.useful << ", lost at deaths " << p->time.lost_at_death
+              << ", left out " << p->time.left_out << ", set-up " << p->time.setup << ", joining " << p->time.joining
+              << ", waiting " << p->time.idle << "\n";
+  EXPECT_GT(whole.deaths, 10);
+  EXPECT_GT(whole.time.lost_at_death, 0.03) << "a death loses half a box of 1000 s on average";
+  EXPECT_LT(partial.time.lost_at_death, whole.time.lost_at_death / 2);
+  EXPECT_GT(partial.speedup, whole.speedup);
+  // The setup is charged per join; joining (the checkpoint and replay) is not free either.
+  EXPECT_NEAR(whole.time.setup, whole.joins * 300.0 / (4 * whole.virtual_hours * 3600), 1e-3);
+  EXPECT_GT(whole.time.joining, 0);
 }
 
 TEST(Projection, ASeedReplaysExactly) {

@@ -39,6 +39,25 @@ TEST(RandomSchedules, DilocoSeeds3001To3040) {
   }
 }
 
+// Overlapped time-boxed DiLoCo rounds with partial deltas (the mode of the README's headline):
+// boxes close together, late entrants and members left out re-enter, and an owner pins a dead
+// or late member's partial delta; the same invariants hold.
+TEST(RandomSchedules, OverlappedBoxesWithPartialDeltasSeeds4001To4040) {
+  const uint64_t count = std::getenv("GRADBOX_SCHEDULES") ? std::atoll(std::getenv("GRADBOX_SCHEDULES")) : 40;
+  uint64_t salvaged_runs = 0;
+  for (uint64_t seed = 4001; seed < 4001 + count; ++seed) {
+    ScheduleOptions options;
+    options.seed = seed;
+    options.inner_steps = 8;
+    options.boxed = true;
+    options.rounds = 30;
+    const ScheduleReport report = run_schedule(options);
+    EXPECT_TRUE(report.ok) << describe(report);
+    salvaged_runs += report.partials_salvaged > 0;
+  }
+  EXPECT_GT(salvaged_runs, count / 4) << "kills and pauses mid-box should leave partial deltas to pin";
+}
+
 // Seeds that broke an invariant while the protocol was being split into parts, each a
 // regression test now: a worker that agreed rounds alone after an outage, a lost agreement
 // waited for forever, a dead member's silence taken for a live one's, an owner that left after
