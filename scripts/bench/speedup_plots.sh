@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # Projected speed-up plots (Note [Speed-up projection] in src/sim/projection.h), from
 # `gradbox simulate` sweeps: speed-up against worker count for each mode, and utilisation
-# against the folder's lag. Sessions never die here (that costs minutes per point; see README
-# for the rows with deaths). Writes $OUT/speedup.csv, $OUT/speedup_vs_workers.png and
-# $OUT/utilisation_vs_lag.png.
+# against the folder's lag. Sessions never die unless LIFE says how they do (that costs minutes
+# per point). Writes $OUT/speedup.csv, $OUT/speedup_vs_workers.png and $OUT/utilisation_vs_lag.png.
 #   OUT=out/speedup WORKERS=1,2,4,8,16 HOURS=12 scripts/bench/speedup_plots.sh
+#   LIFE="--session-mean-hours 4 --setup-minutes 10" HOURS=24 scripts/bench/speedup_plots.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-out/speedup}
 WORKERS=${WORKERS:-1,2,4,8,16}
 HOURS=${HOURS:-12}
 LINKS=(--upload-mbps 20 --download-mbps 60)
+read -ra LIFE_FLAGS <<< "${LIFE:-}"
 G=build/bin/gradbox
 cmake --build build --target gradbox >/dev/null
 mkdir -p "$OUT"
@@ -26,24 +27,26 @@ rows() {
 
 MODES=("source scheme|--source-scheme"
        "per-step sharded fp16|--mode per-step-sharded --codec fp16"
-       "DiLoCo H=10 int4|--mode diloco --inner-steps 10 --codec int4")
+       "DiLoCo H=10 int4|--mode diloco --inner-steps 10 --codec int4"
+       "DiLoCo int4, overlapped 2,430 s boxes, partial deltas|--mode diloco --inner-steps 20 --overlap-steps 19 --round-seconds 2430 --partial-every 1 --codec int4")
 for entry in "${MODES[@]}"; do
   name=${entry%%|*}; flags=${entry#*|}
   echo "workers: $name"
   # shellcheck disable=SC2086
-  rows "workers,$name,20" $flags --workers "$WORKERS" --hours "$HOURS" "${LINKS[@]}"
+  rows "workers,$name,20" $flags --workers "$WORKERS" --hours "$HOURS" "${LINKS[@]}" "${LIFE_FLAGS[@]}"
 done
 for entry in "${MODES[@]:1}"; do
   name=${entry%%|*}; flags=${entry#*|}
   for lag in 5 10 20 40 80; do
     echo "lag $lag s: $name"
     # shellcheck disable=SC2086
-    rows "lag,$name,$lag" $flags --workers 5 --hours "$HOURS" --lag-median "$lag" --lag-p90 $((lag * 6)) "${LINKS[@]}"
+    rows "lag,$name,$lag" $flags --workers 5 --hours "$HOURS" --lag-median "$lag" --lag-p90 $((lag * 6)) "${LINKS[@]}" \
+      "${LIFE_FLAGS[@]}"
   done
 done
 
 .venv/bin/python -c "import matplotlib" 2>/dev/null || .venv/bin/pip install -q matplotlib
-.venv/bin/python - "$csv" "$OUT" <<'PY'
+.venv/bin/python - "$csv" "$OUT" "${LIFE:-}" <<'PY'
 import csv, sys
 import matplotlib
 matplotlib.use("Agg")
@@ -64,7 +67,8 @@ top = max(float(r["workers"]) for r in rows)
 ax.plot([1, top], [1, top], color="grey", linestyle=":", label="linear")
 ax.set_xscale("log", base=2); ax.set_yscale("log", base=2)
 ax.set_xlabel("workers (T4, GPT-2-Large)"); ax.set_ylabel("speed-up over one worker")
-ax.set_title("Projected speed-up through Drive (lag median 20 s, p90 2 min)")
+ax.set_title("Projected speed-up through Drive (lag median 20 s, p90 2 min)" +
+             (f"\nsessions: {sys.argv[3]}" if sys.argv[3] else ""), fontsize=10)
 ax.legend(); ax.grid(True, which="both", alpha=0.3)
 fig.tight_layout(); fig.savefig(f"{out}/speedup_vs_workers.png", dpi=110)
 fig, ax = plt.subplots(figsize=(7, 4.5))

@@ -183,7 +183,7 @@ void MemoryMirror::request(const std::string& rel) {
   const size_t dir_end = rel.rfind('/') == std::string::npos ? 0 : rel.rfind('/') + 1;
   for (auto s = folder_.shared_.lower_bound(rel); s != folder_.shared_.end() && s->first.starts_with(rel); ++s)
     if (s->first.find('/', dir_end) == std::string::npos)
-      folder_.schedule_delivery(*this, s->first, s->second.id, folder_.sim_.now_s());
+      folder_.schedule_delivery(*this, s->first, s->second.id, s->second.landed_s, folder_.sim_.now_s());
 }
 
 bool MemoryMirror::requested(const std::string& rel) const {
@@ -251,7 +251,7 @@ MemoryMirror& SimFolder::disk(const std::string& disk_name) {
   disk_index_.emplace(disk_name, index);
   MemoryMirror& d = *disks_.back();
   // A new syncer's first listing finds what the folder already holds.
-  for (const auto& [rel, file] : shared_) schedule_delivery(d, rel, file.id, now);
+  for (const auto& [rel, file] : shared_) schedule_delivery(d, rel, file.id, file.landed_s, now);
   if (control_version_ > 0) push(now + lag(), Kind::control, index, control_text_, control_version_);
   return d;
 }
@@ -280,7 +280,7 @@ void SimFolder::inject(const std::string& rel, std::string bytes) {
     return;
   }
   const uint64_t id = ++next_id_;
-  shared_.emplace(rel, SharedFile{std::move(bytes), id, -1});
+  shared_.emplace(rel, SharedFile{std::move(bytes), id, -1, sim_.now_s()});
   deliver_everywhere(rel, id, -1, sim_.now_s());
 }
 
@@ -370,7 +370,7 @@ void SimFolder::fire_upload(const Event& e) const {
   auto it = shared_.find(e.rel);
   if (it == shared_.end()) {
     const uint64_t id = ++next_id_;
-    shared_.emplace(e.rel, SharedFile{f->bytes, id, e.disk});
+    shared_.emplace(e.rel, SharedFile{f->bytes, id, e.disk, e.t});
     f->landed = true;
     f->shared_id = id;
     ++counters_.landed;
@@ -423,10 +423,11 @@ void SimFolder::arrive(MemoryMirror& d, const Event& e, const SharedFile& file) 
 
 void SimFolder::deliver_everywhere(const std::string& rel, uint64_t id, int owner, double t) const {
   for (const auto& d : disks_)
-    if (d->index_ != owner) schedule_delivery(*d, rel, id, t);
+    if (d->index_ != owner) schedule_delivery(*d, rel, id, t, t);
 }
 
-void SimFolder::schedule_delivery(MemoryMirror& d, const std::string& rel, uint64_t id, double t) const {
+void SimFolder::schedule_delivery(MemoryMirror& d, const std::string& rel, uint64_t id, double landed_s,
+                                  double not_before_s) const {
   if (d.own_.contains(rel) || d.done_.contains(rel)) return;
   if (on_demand(rel) && !d.requested(rel)) return;  // request() schedules it
   auto [s, fresh] = d.scheduled_.try_emplace(rel, id);
@@ -434,7 +435,7 @@ void SimFolder::schedule_delivery(MemoryMirror& d, const std::string& rel, uint6
     if (s->second == id) return;  // already on its way
     s->second = id;               // a new file under a deleted name; the old event drops itself
   }
-  push(t + lag(), Kind::deliver, d.index_, rel, id);
+  push(std::max(not_before_s, landed_s + lag()), Kind::deliver, d.index_, rel, id);
 }
 
 bool SimFolder::on_demand(const std::string& rel) const {

@@ -7,8 +7,10 @@
 //   - publish -> the shared folder after upload_s (write-once: the first bytes to land keep a
 //     name; different bytes later are a conflict, never uploaded; equal bytes count as landed);
 //   - each landed (or injected) file reaches every other disk's inbox after a log-normal lag
-//     per (viewer, file), so arrivals come out of order; on-demand files ("part-...") only
-//     once that disk request()ed them; never a rel the disk itself ever published;
+//     per (viewer, file) counted from its landing, so arrivals come out of order; a disk
+//     created later, or requesting an on-demand file ("part-...") later, sees it once that
+//     lag has passed (a checkpoint that landed an hour ago is there at once, not a fresh lag
+//     later); never a rel the disk itself ever published;
 //   - faults: a first partial copy (unflagged for another lag), lost listings (unseen for
 //     another lag), outages (no uploads, deletions, arrivals or settled passes meanwhile);
 //   - links, when given a bandwidth: each disk uploads one file at a time and downloads one at
@@ -48,7 +50,7 @@ struct FolderFaults {
   double pass_s = 0.05;                         // syncer listing period: settled_passes ticks
   double lost_listing = 0;  // probability a due file stays unseen for another lag
   double partial = 0;       // probability a viewer first gets a partial copy (unflagged a lag more)
-  std::vector<std::string> on_demand_prefixes = {"part-"};
+  std::vector<std::string> on_demand_prefixes = {"part-", "p-"};  // as gradbox train starts its syncer
   // Each disk's link (0: instant). Uploads go one at a time (the syncer's order), taking
   // upload_s + size / upload_bytes_per_s; a file visible to a disk then downloads one at a time
   // at download_bytes_per_s before it is flagged there. Neither draws a random number.
@@ -180,6 +182,7 @@ class SimFolder {
     std::string bytes;
     uint64_t id;
     int owner;  // disk index; -1 when injected
+    double landed_s = 0;
   };
 
   // Plays every event due by the simulation's now. Const so that const views are current:
@@ -195,7 +198,9 @@ class SimFolder {
   void fire_deliver(const Event& e) const;
   void arrive(MemoryMirror& d, const Event& e, const SharedFile& file) const;  // flagged in d's inbox
   void deliver_everywhere(const std::string& rel, uint64_t id, int owner, double t) const;
-  void schedule_delivery(MemoryMirror& d, const std::string& rel, uint64_t id, double t) const;
+  // rel (landed at landed_s) reaches d a lag after it landed, and not before not_before_s (when
+  // d first looked for it: its creation, a request).
+  void schedule_delivery(MemoryMirror& d, const std::string& rel, uint64_t id, double landed_s, double not_before_s) const;
   bool on_demand(const std::string& rel) const;
   bool in_outage(const MemoryMirror& d, double t) const;
   double outage_end(const MemoryMirror& d, double t) const;

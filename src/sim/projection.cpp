@@ -250,13 +250,13 @@ class ProjectionRun {
     const double days = end_s / 86400;
     p.upload_gb_per_worker_day = static_cast<double>(busiest.first) / 1e9 / days;
     p.round_upload_gb_per_worker_day = static_cast<double>(busiest.second) / 1e9 / days;
-    p.time = time_shares(end_s, p.rounds);
+    p.time = time_shares(end_s, p.rounds, &p.join_median_s);
     return p;
   }
 
   // Projection::TimeShares: each step of each session up to the last round, against the
   // tokens its round's agreement holds from that session.
-  Projection::TimeShares time_shares(double end_s, uint64_t last_round) const {
+  Projection::TimeShares time_shares(double end_s, uint64_t last_round, double* join_median_s) const {
     Projection::TimeShares t;
     const double seat_s = config_.workers * end_s;
     if (seat_s <= 0) return t;
@@ -284,7 +284,11 @@ class ProjectionRun {
     t.left_out = left_out * compute_s_ / seat_s;
     t.setup = std::min(seat_s, joins_ * config_.setup_minutes * 60) / seat_s;
     double joining = 0;
+    std::vector<double> joins;  // of later sessions that took a step
     for (const auto& [worker, started] : observer_.starts()) {
+      const bool founder = std::find(founders_.begin(), founders_.end(), worker) != founders_.end();
+      if (const auto first = first_step.find(worker); !founder && first != first_step.end())
+        joins.push_back(first->second - started);
       // Until its first step, or its death or the run's end if it never took one.
       double until = end_s;
       if (const auto first = first_step.find(worker); first != first_step.end()) until = std::min(until, first->second);
@@ -292,6 +296,10 @@ class ProjectionRun {
       joining += std::max(0.0, until - std::min(started, end_s));
     }
     t.joining = joining / seat_s;
+    if (!joins.empty()) {
+      std::nth_element(joins.begin(), joins.begin() + joins.size() / 2, joins.end());
+      *join_median_s = joins[joins.size() / 2];
+    }
     t.idle = 1 - t.useful - t.lost_at_death - t.left_out - t.setup - t.joining;
     return t;
   }

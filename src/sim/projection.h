@@ -97,6 +97,9 @@ struct Projection {
   struct TimeShares {
     double useful = 0, lost_at_death = 0, left_out = 0, setup = 0, joining = 0, idle = 0;
   } time;
+  // A new session's seconds from its worker's start to its first step (checkpoint, replay,
+  // entry), the median over the joins that got that far; the set-up comes before.
+  double join_median_s = 0;
   std::vector<std::string> failures;      // processes that ended with an error (none expected)
 };
 

@@ -154,6 +154,9 @@ SlowWorkerRun run_with_a_slow_worker(const std::string& name, double round_secon
     s.compute_s = w == "c" ? 2.9 : 1.0;
     s.round_seconds = round_seconds;
     s.exchange.contribution_timeout_s = 10;
+    // Boxes close on a step's boundary: members' contributions differ by up to a step (1 s),
+    // which a deadline adapted to the folder's lags alone (0.5 s) would not cover.
+    s.exchange.deadline_floor_s = 2;
     s.exchange.failover_timeout_s = 20;
     s.exchange.give_up_timeout_s = 300;
     run.start(s);
