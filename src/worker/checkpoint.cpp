@@ -11,6 +11,7 @@
 #include "common/json_file.h"
 #include "common/log.h"
 #include "model/safetensors.h"
+#include "worker/loss_scale.h"
 
 namespace gradbox::worker {
 namespace {
@@ -81,6 +82,8 @@ fs::path save_checkpoint(const fs::path& run_dir, const CheckpointState& state, 
                                 {"round", state.round},
                                 {"tokens", state.tokens},
                                 {"optimizer_step", state.optimizer_step},
+                                {"loss_scale", state.loss_scale},
+                                {"loss_scale_good_steps", state.loss_scale_good_steps},
                                 {"model_config", state.model_config},
                                 {"train_config", state.train_config},
                                 {"control", state.control}};
@@ -161,6 +164,9 @@ CheckpointData load_checkpoint(const fs::path& run_or_checkpoint) {
     data.state.step = state.at("step").get<int64_t>();
     data.state.tokens = state.at("tokens").get<int64_t>();
     data.state.optimizer_step = state.at("optimizer_step").get<int64_t>();
+    // Checkpoints before the loss scale was kept start fp16 runs at the initial scale.
+    data.state.loss_scale = state.value("loss_scale", LossScaler::kInitialFp16);
+    data.state.loss_scale_good_steps = state.value("loss_scale_good_steps", int64_t{0});
     data.state.model_config = state.at("model_config");
     data.state.train_config = state.at("train_config");
     data.state.control = state.value("control", nlohmann::json::object());

@@ -41,6 +41,8 @@ struct CheckpointState {
   int64_t round = 0;  // exchange rounds applied (per-step sync: = step; older checkpoints lack it)
   int64_t tokens = 0;
   int64_t optimizer_step = 0;
+  double loss_scale = 1.0;     // fp16's dynamic loss scale (Note [Mixed precision] in loss_scale.h)
+  int64_t loss_scale_good_steps = 0;
   nlohmann::json model_config;
   nlohmann::json train_config;
   nlohmann::json control = nlohmann::json::object();  // live control in effect (folder_exchange.h)

@@ -1,6 +1,7 @@
 #include "worker/runtime.h"
 
 #include <ATen/autocast_mode.h>
+#include <ATen/cuda/CUDAContext.h>
 #include <sched.h>
 
 #include <thread>
@@ -17,6 +18,11 @@ int64_t available_cores() {
 
 std::string Runtime::describe() const {
   return str(device.str(), ", ", to_string(precision), ", ", threads, " thread", threads == 1 ? "" : "s");
+}
+
+Precision auto_precision(bool cuda, int compute_major) {
+  if (!cuda) return Precision::fp32;
+  return compute_major >= 8 ? Precision::bf16 : Precision::fp16;  // bf16 tensor cores from Ampere (8.0) on
 }
 
 Runtime resolve_runtime(const std::string& device, Precision precision, int64_t threads, int64_t local_workers) {
@@ -36,7 +42,9 @@ Runtime resolve_runtime(const std::string& device, Precision precision, int64_t 
                  ": only ", torch::cuda::device_count(), " CUDA devices");
     }
   }
-  if (precision == Precision::auto_select) precision = rt.device.is_cuda() ? Precision::bf16 : Precision::fp32;
+  if (precision == Precision::auto_select)
+    precision = auto_precision(rt.device.is_cuda(),
+                               rt.device.is_cuda() ? at::cuda::getDeviceProperties(rt.device.index() < 0 ? 0 : rt.device.index())->major : 0);
   GB_REQUIRE(!(precision == Precision::fp16 && rt.device.is_cpu()),
              "--precision fp16: needs a CUDA device (on CPU use fp32)");
   rt.precision = precision;

@@ -15,11 +15,13 @@ struct Runtime {
   std::string describe() const;
 };
 
-// device "auto" picks CUDA when present. precision "auto" is bf16 on CUDA (YaLM: bf16 compute
-// with fp32 master weights, norms and softmax) and fp32 on CPU, where bf16 matmuls have no
-// hardware support and run ~18x slower. threads 0 means cores / local_workers, so several
-// workers on one machine do not oversubscribe it.
+// device "auto" picks CUDA when present. precision "auto" (auto_precision) is bf16 on Ampere
+// and newer GPUs (YaLM: bf16 compute with fp32 master weights, norms and softmax), fp16 with
+// dynamic loss scaling on older ones (a T4, compute 7.5, has no bf16 tensor cores), and fp32 on
+// CPU, where bf16 matmuls have no hardware support and run ~18x slower (Note [Mixed precision]).
+// threads 0 means cores / local_workers, so several workers on one machine do not oversubscribe it.
 Runtime resolve_runtime(const std::string& device, Precision precision, int64_t threads, int64_t local_workers);
+Precision auto_precision(bool cuda, int compute_major);
 
 // CPU cores this process may run on (affinity mask, as containers restrict it).
 int64_t available_cores();

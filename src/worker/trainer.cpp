@@ -89,6 +89,7 @@ model::ModelConfig resolve_model_config(const TrainConfig& config, const data::D
 Trainer::Trainer(TrainConfig config) : config_(std::move(config)) {
   config_.validate();
   runtime_ = resolve_runtime(config_.device, config_.precision, config_.threads, config_.local_workers);
+  scaler_ = LossScaler(runtime_.precision == Precision::fp16);
   data_info_ = data::read_dataset_info(config_.data_dir);
   train_file_.emplace(data::TokenFile::open(data_info_, "train"));
   if (data_info_.val_tokens > 0) val_file_.emplace(data::TokenFile::open(data_info_, "val"));
@@ -166,6 +167,7 @@ void Trainer::restore(const std::filesystem::path& dir, const model::ModelConfig
     optimizer_->exp_avg_sq().copy_(ckpt.exp_avg_sq);
   }
   optimizer_->set_step_count(ckpt.state.optimizer_step);
+  scaler_.restore(ckpt.state.loss_scale, ckpt.state.loss_scale_good_steps);
   step_ = ckpt.state.step;
   round_ = ckpt.state.round;
   tokens_ = ckpt.state.tokens;
@@ -243,7 +245,7 @@ Trainer::LocalGradient Trainer::compute_gradient(const BatchSampler& sampler, in
     if (before_last_backward && micro + 1 == accum)
       before_last_backward(loss_sum / static_cast<double>(accum),
                            static_cast<uint64_t>(accum * micro_batch * sampler.block_size()));
-    (loss * (loss_scale_ / static_cast<double>(accum))).backward();
+    (loss * (scaler_.scale() / static_cast<double>(accum))).backward();
     ++micro;
     if (boxed && !another_fits(start, start, micro)) break;
   }
@@ -279,10 +281,9 @@ Trainer::LocalGradient Trainer::emulated_gradient() {
 
 void Trainer::skip_step(const char* why) {
   // Never let a NaN or Inf into the weights: skip the step (fp16 also backs off its scale).
-  if (runtime_.precision == Precision::fp16) {
-    loss_scale_ /= 2.0;
-    good_steps_ = 0;
-    logger().warn(str("step ", step_ + 1, ": ", why, ", skipped; loss scale now ", loss_scale_));
+  if (scaler_.dynamic()) {
+    scaler_.overflowed();
+    logger().warn(str("step ", step_ + 1, ": ", why, ", skipped; loss scale now ", scaler_.scale()));
   } else {
     logger().warn(str("step ", step_ + 1, ": ", why, ", step skipped"));
   }
@@ -305,14 +306,14 @@ double Trainer::train_step(double lr) {
   }
   if (!exchange_) {
     tokens_ += static_cast<int64_t>(local.tokens);
-    apply_gradient(lr, loss_scale_);
+    apply_gradient(lr, scaler_.scale());
     return local.loss;
   }
 
   // Peers weight contributions by tokens, so they must see unscaled gradients.
   torch::Tensor grads = flat_->grads();
   const bool overflow = !std::isfinite(gradient_norm(*flat_));
-  if (!overflow && loss_scale_ != 1.0) grads.div_(loss_scale_);
+  if (!overflow && scaler_.scale() != 1.0) grads.div_(scaler_.scale());
   const exchange::LocalContribution mine{local.tokens, local.loss, overflow};
 
   if (!overlap_) {
@@ -348,7 +349,7 @@ std::optional<exchange::RoundResult> Trainer::streamed_round(uint64_t round, Loc
     streamed = waiting_on_exchange([&] {
       return exchange_->begin_streamed_round(round, grads.data_ptr<float>(), static_cast<size_t>(grads.numel()),
                                              backward_stream_->parts(), {tokens, loss, false},
-                                             static_cast<float>(1.0 / loss_scale_));
+                                             static_cast<float>(1.0 / scaler_.scale()));
     });
     backward_stream_->attach(streamed.get());
   });
@@ -414,7 +415,7 @@ bool Trainer::apply_gradient(double lr, double grad_scale) {
   const double norm = scaled_norm / grad_scale;
   const double clip = (config_.grad_clip > 0 && norm > config_.grad_clip) ? config_.grad_clip / (norm + 1e-6) : 1.0;
   optimizer_->step(lr * lr_multiplier_, config_.weight_decay, clip / grad_scale);
-  if (runtime_.precision == Precision::fp16 && ++good_steps_ % 2000 == 0) loss_scale_ *= 2.0;
+  scaler_.applied();
   last_grad_norm_ = norm;
   return true;
 }
@@ -501,6 +502,8 @@ std::filesystem::path Trainer::checkpoint() {
   state.round = round_;
   state.tokens = tokens_;
   state.optimizer_step = optimizer_->step_count();
+  state.loss_scale = scaler_.scale();
+  state.loss_scale_good_steps = scaler_.good_steps();
   state.model_config = model_->config().to_json();
   state.train_config = config_.to_json();
   state.control = nlohmann::json::parse(control_json_);

@@ -16,6 +16,7 @@
 #include "worker/backward_stream.h"
 #include "worker/batch_sampler.h"
 #include "worker/flat_parameters.h"
+#include "worker/loss_scale.h"
 #include "worker/lr_schedule.h"
 #include "worker/metrics.h"
 #include "worker/optimizer.h"
@@ -181,8 +182,7 @@ class Trainer {
   int64_t step_advance_ = 1;
   int64_t micro_batches_ = 0;  // in the last gradient (time-boxed per-step rounds take fewer)
   int64_t tokens_ = 0;
-  double loss_scale_ = 1.0;  // fp16 only: dynamic loss scaling
-  int64_t good_steps_ = 0;
+  LossScaler scaler_{false};  // fp16: dynamic loss scaling (Note [Mixed precision] in loss_scale.h)
   double last_grad_norm_ = 0.0;
   TrainConfig flags_;                                        // the values live control overrides
   std::string control_json_ = "{}";                          // in effect now

@@ -32,6 +32,8 @@ class CheckpointTest : public ::testing::Test {
     state.step = step;
     state.tokens = step * 100;
     state.optimizer_step = step;
+    state.loss_scale = 4096.0 * static_cast<double>(step);
+    state.loss_scale_good_steps = 7 * step;
     state.model_config = {{"arch", "test"}};
     state.train_config = nlohmann::json::object();
     torch::Tensor m = torch::full_like(flat_->params(), static_cast<float>(step));
@@ -64,6 +66,8 @@ TEST_F(CheckpointTest, RoundTripRestoresEverything) {
   CheckpointData data = load_checkpoint(run_);
   EXPECT_EQ(data.state.step, 4);
   EXPECT_EQ(data.state.tokens, 400);
+  EXPECT_EQ(data.state.loss_scale, 16384.0) << "fp16's loss scale is replica state";
+  EXPECT_EQ(data.state.loss_scale_good_steps, 28);
   restore_parameters(data, *flat_, dir);
   restore_rng(data);
   EXPECT_TRUE(torch::equal(flat_->params(), expected_params));
