@@ -282,22 +282,18 @@ std::unique_ptr<transport::NetworkExchange> network_exchange(const SharedFlags& 
   return std::make_unique<transport::NetworkExchange>(std::move(c), mirror::system_clock());
 }
 
-std::unique_ptr<worker::Sidecar> start_syncer(const SharedFlags& f, const std::filesystem::path& local,
-                                              exchange::ExchangePattern pattern) {
+std::unique_ptr<worker::Sidecar> start_syncer(const SharedFlags& f, const std::filesystem::path& local) {
   GB_REQUIRE(f.syncer == "auto" || f.syncer == "none", "--syncer ", f.syncer, ": auto or none");
   if (f.syncer == "none") return nullptr;
   std::vector<std::string> argv{worker::sibling_executable("gradbox-sync").string(),
                                 "--shared", f.shared, "--local", local.string(), "--worker", f.worker,
                                 "--backend", f.sync_backend, "--parent-pid", std::to_string(::getpid())};
   // Checkpoint parts are fetched only by a worker that loads the checkpoint, partial deltas
-  // only when one stands in for a worker, sharded contributions only by their shard's owner.
-  for (std::string_view prefix : {mirror::kCheckpointPartPrefix, mirror::kPartialPrefix}) {
+  // only when one stands in for a worker, contributions only for the rounds a worker takes part
+  // in (a sharded one's only by their shard's owner).
+  for (std::string_view prefix : {mirror::kCheckpointPartPrefix, mirror::kPartialPrefix, mirror::kContributionPrefix}) {
     argv.push_back("--on-demand-prefix");
     argv.emplace_back(prefix);
-  }
-  if (pattern == exchange::ExchangePattern::sharded) {
-    argv.push_back("--on-demand-prefix");
-    argv.emplace_back(mirror::kContributionPrefix);
   }
   for (const std::string& arg : split(f.sync_args, ' ')) argv.push_back(arg);
   return std::make_unique<worker::Sidecar>(argv, local / mirror::kSyncerLogFile);
@@ -478,7 +474,6 @@ void add_train_command(CLI::App& app) {
     if (many) {
       const std::filesystem::path local = shared->local.empty() ? config.out_dir / "sync" : std::filesystem::path(shared->local);
       exchange::FolderExchangeConfig exchange = exchange_config(*shared, config, trainer, local);
-      const exchange::ExchangePattern pattern = exchange.pattern;
       // A run's folder is made by whoever comes first (an rclone remote makes its own), but only
       // inside an existing folder: a missing parent is an unmounted drive, not a new run.
       if (shared->sync_backend != "rclone") {
@@ -497,8 +492,8 @@ void add_train_command(CLI::App& app) {
       } else {
         // The folder exchange: this worker's own (folder), or its group leader's (hybrid, made
         // when it becomes its group's rank 0, with its syncer).
-        auto make_folder = [&syncer, shared, local, pattern, exchange]() mutable {
-          if (!syncer) syncer = start_syncer(*shared, local, pattern);
+        auto make_folder = [&syncer, shared, local, exchange]() mutable {
+          if (!syncer) syncer = start_syncer(*shared, local);
           worker::Sidecar* sidecar = syncer.get();
           exchange.check_alive = [sidecar, local] {
             if (sidecar && !sidecar->running())

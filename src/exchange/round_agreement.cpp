@@ -56,6 +56,10 @@ void RoundAgreement::start(uint64_t round, float* grad, size_t n, const LocalCon
   if (part_encoders_->size() != shards) part_encoders_->assign(shards, codec::ErrorFeedbackEncoder(context_.config.codec));
   round_ = round;
   round_dir_ = round_dir_name(round);
+  // Contributions come down on request only: an all-gather replica needs every one of the rounds
+  // it applies, and none of the rounds before it joined (a dead session's last rounds stay in
+  // the folder, and a joiner's syncer would otherwise fetch them all before its checkpoint).
+  if (context_.config.pattern == ExchangePattern::all_gather) context_.mirror.request(round_dir_ + "/g-");
   grad_ = grad;
   n_ = n;
   mine_ = mine;

@@ -50,7 +50,7 @@ struct FolderFaults {
   double pass_s = 0.05;                         // syncer listing period: settled_passes ticks
   double lost_listing = 0;  // probability a due file stays unseen for another lag
   double partial = 0;       // probability a viewer first gets a partial copy (unflagged a lag more)
-  std::vector<std::string> on_demand_prefixes = {"part-", "p-"};  // as gradbox train starts its syncer
+  std::vector<std::string> on_demand_prefixes = {"part-", "p-", "g-"};  // as gradbox train starts its syncer
   // Each disk's link (0: instant). Uploads go one at a time (the syncer's order), taking
   // upload_s + size / upload_bytes_per_s; a file visible to a disk then downloads one at a time
   // at download_bytes_per_s before it is flagged there. Neither draws a random number.

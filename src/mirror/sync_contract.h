@@ -37,8 +37,9 @@ inline constexpr std::string_view kFlagSuffix = ".flag";
 inline constexpr std::string_view kTempMarker = ".tmp";
 inline constexpr std::string_view kControlFile = "control.json";
 
-// File-name prefixes that are fetched only on request: sharded contributions (only a shard's
-// owner needs them), partial DiLoCo deltas (only when one stands in for a worker that died:
+// File-name prefixes that are fetched only on request: contributions (a sharded round's only by
+// its shard's owner, an all-gather round's by every replica that applies it, and nobody's from
+// before it joined), partial DiLoCo deltas (only when one stands in for a worker that died:
 // Note [Partial deltas] in exchange/folder_exchange.h) and checkpoint parts (only a worker
 // that loads the checkpoint).
 inline constexpr std::string_view kContributionPrefix = "g-";

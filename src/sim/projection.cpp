@@ -98,8 +98,7 @@ class ProjectionRun {
     f.pass_s = config_.syncer_pass_s;
     f.lost_listing = config_.lost_listing;
     f.partial = config_.partial;
-    f.on_demand_prefixes = {"part-", "p-"};
-    if (sharded()) f.on_demand_prefixes.push_back("g-");
+    f.on_demand_prefixes = {"part-", "p-", "g-"};  // as gradbox train starts its syncer
     f.upload_bytes_per_s = config_.upload_mb_s * 1e6;
     f.download_bytes_per_s = config_.download_mb_s * 1e6;
     const double gradient_bytes = static_cast<double>(config_.model_parameters) * config_.wire_bytes_per_parameter;

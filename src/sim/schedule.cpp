@@ -93,8 +93,7 @@ class Scheduler {
     f.lag_p90_s = f.lag_median_s * (2 + 4 * uniform());
     f.lost_listing = 0.05 * uniform();
     f.partial = 0.1 * uniform();
-    f.on_demand_prefixes = {"part-", "p-"};
-    if (sharded_) f.on_demand_prefixes.push_back("g-");  // as gradbox train starts its syncer
+    f.on_demand_prefixes = {"part-", "p-", "g-"};  // as gradbox train starts its syncer
     return f;
   }
   double uniform() { return static_cast<double>(rng_() >> 11) / 9007199254740992.0; }

@@ -8,8 +8,8 @@
 // FILE holds a flat fp32 gradient as `codec_bench --dump` writes it (u64 n, then n floats).
 // N workers run in this one process, each a FolderExchange in its own thread, each paired with
 // the real syncer engine (syncer::Syncer over a MountedBackend on one shared local directory,
-// driven by its own thread calling run_pass() every --poll-ms; in the sharded pattern with
-// on_demand_prefix "g-", as `gradbox train` starts gradbox-sync). Worker w's gradient in round
+// driven by its own thread calling run_pass() every --poll-ms; with on_demand_prefix "g-", as
+// `gradbox train` starts gradbox-sync). Worker w's gradient in round
 // r is the loaded one scaled by (1 + 0.01 w)(1 + 0.001 r), so every file differs.
 //
 // Per configuration (pattern x codec, codec::default_options, threads = 1) it runs --rounds
@@ -216,12 +216,12 @@ struct ConfigResult {
 // One syncer engine per worker, polled by its own thread.
 class SyncerThread {
  public:
-  SyncerThread(const fs::path& shared, const fs::path& local, const std::string& worker, bool on_demand, int poll_ms)
+  SyncerThread(const fs::path& shared, const fs::path& local, const std::string& worker, int poll_ms)
       : poll_ms_(poll_ms) {
     syncer::SyncerOptions options;
     options.local = local;
     options.worker = worker;
-    if (on_demand) options.on_demand_prefixes = {"g-"};  // as `gradbox train` starts gradbox-sync for sharded
+    options.on_demand_prefixes = {"g-"};  // as `gradbox train` starts gradbox-sync
     syncer_ = std::make_unique<syncer::Syncer>(std::make_unique<syncer::MountedBackend>(shared), options);
     thread_ = std::thread([this] {
       while (!stop_) {
@@ -267,8 +267,7 @@ ConfigResult run_config(const Options& opt, const std::vector<float>& base, exch
 
   std::vector<std::unique_ptr<SyncerThread>> syncers;
   for (int w = 0; w < N; ++w)
-    syncers.push_back(std::make_unique<SyncerThread>(shared, root / members[w], members[w],
-                                                     pattern == exchange::ExchangePattern::sharded, opt.poll_ms));
+    syncers.push_back(std::make_unique<SyncerThread>(shared, root / members[w], members[w], opt.poll_ms));
 
   // times[w][r], checksums[w][r], contributors[w][r]
   std::vector<std::vector<double>> times(N, std::vector<double>(opt.rounds));

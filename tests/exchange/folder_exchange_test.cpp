@@ -45,7 +45,7 @@ struct Team {
 
 mirror::FolderFaults faults_for(ExchangePattern pattern) {
   mirror::FolderFaults f;
-  if (pattern == ExchangePattern::sharded) f.on_demand_prefixes = {"part-", "g-"};  // as gradbox train starts its syncer
+  f.on_demand_prefixes = {"part-", "p-", "g-"};  // as gradbox train starts its syncer
   return f;
 }
 
