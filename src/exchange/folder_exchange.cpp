@@ -221,6 +221,7 @@ class FolderExchange final : public GradientExchange {
     write_stats();
   }
 
+  bool wants_state_after(uint64_t round) const override { return replicas_.due(round); }
   void after_update(uint64_t round, const float* params, size_t n) override { replicas_.publish(round, params, n); }
 
   uint64_t offer_partial(uint64_t round, const float* delta, size_t n, const LocalContribution& mine) override {

@@ -121,7 +121,10 @@ class GradientExchange {
   // its whole Δ is in (Note [Partial deltas] in folder_exchange.h). Returns the bytes written;
   // 0 where the exchange has no use for it (not a member of the round, or no folder).
   virtual uint64_t offer_partial(uint64_t round, const float* delta, size_t n, const LocalContribution& mine) { return 0; }
-  // Called once the round's update is applied, with the new parameters (replica checks).
+  // Called once the round's update is applied, with the new parameters (replica checks), when
+  // wants_state_after(round) says so: the caller copies a GPU replica's state to the host only
+  // then (3 GB a round at GPT-2-Large otherwise).
+  virtual bool wants_state_after(uint64_t round) const { return false; }
   virtual void after_update(uint64_t round, const float* params, size_t n) {}
   // After the run's last round: compares this replica's parameters with the other members'
   // (waiting a bounded time for theirs). True when this replica is outside the agreed state:

@@ -8,9 +8,13 @@
 
 namespace gradbox::exchange {
 
-void ReplicaCheck::publish(uint64_t round, const float* params, size_t n, Due due) {
+bool ReplicaCheck::due(uint64_t round) const {
   const int64_t interval = context_.config.fingerprint_interval;
-  if (due == Due::on_interval && (interval <= 0 || round % static_cast<uint64_t>(interval) != 0)) return;
+  return interval > 0 && round % static_cast<uint64_t>(interval) == 0;
+}
+
+void ReplicaCheck::publish(uint64_t round, const float* params, size_t n, Due when) {
+  if (when == Due::on_interval && !due(round)) return;
   const uint64_t checksum = checksum64(params, n * sizeof(float));
   own_[round] = checksum;
   const std::string dir = round_dir_name(round);

@@ -25,6 +25,7 @@ class ReplicaCheck {
   // Due::always (the run's last round), once per round.
   enum class Due { on_interval, always };
   void publish(uint64_t round, const float* params, size_t n, Due due = Due::on_interval);
+  bool due(uint64_t round) const;  // a fingerprint of `round` goes out on the interval
   // The fingerprints of `round` seen so far (worker -> checksum, this worker's own included),
   // and whether this replica is outside the winning group.
   struct Verdict {

@@ -146,6 +146,8 @@ void HybridExchange::between_rounds(uint64_t step) {
   if (folder_) folder_->between_rounds(step);
 }
 
+bool HybridExchange::wants_state_after(uint64_t round) const { return folder_ && folder_->wants_state_after(round); }
+
 void HybridExchange::after_update(uint64_t round, const float* params, size_t n) {
   if (folder_) folder_->after_update(round, params, n);
 }

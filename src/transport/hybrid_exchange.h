@@ -47,6 +47,7 @@ class HybridExchange final : public exchange::GradientExchange {
   exchange::RoundResult all_reduce(uint64_t round, float* grad, size_t n,
                                    const exchange::LocalContribution& mine) override;
   void between_rounds(uint64_t step) override;
+  bool wants_state_after(uint64_t round) const override;
   void after_update(uint64_t round, const float* params, size_t n) override;
   bool final_check(uint64_t round, const float* params, size_t n) override;
   void leave() override;

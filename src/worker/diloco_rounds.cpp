@@ -307,10 +307,7 @@ void Trainer::apply_fragment_round() {
                                      [](const exchange::AgreedContribution& c) { return c.partial; });
   if (partial > 0) line["partial_contributors"] = partial;
   metrics_->write(line);
-  if (exchange_ && !skip) {
-    const torch::Tensor state = replica_state();
-    exchange_->after_update(r.round, state.data_ptr<float>(), static_cast<size_t>(state.numel()));
-  }
+  if (exchange_ && !skip) report_state_after(r.round);
 }
 
 }  // namespace gradbox::worker

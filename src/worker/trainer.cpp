@@ -230,7 +230,9 @@ Trainer::LocalGradient Trainer::compute_gradient(const BatchSampler& sampler, in
   const int64_t accum = config_.grad_accum;  // time-boxed per-step rounds: the most they take
   const bool boxed = config_.round_seconds > 0 && config_.sync == SyncMode::gradient;
   const auto start = Clock::now();
-  double loss_sum = 0.0;
+  // The losses add up on the device, in double: one read per step rather than a synchronising
+  // .item() per micro-batch (a time box reads the clock after each one, so it syncs anyway).
+  torch::Tensor loss_total = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(runtime_.device));
   int64_t micro = 0;
   while (micro < accum) {
     Batch batch = sampler.batch(step_ * accum + micro, micro_batch);
@@ -241,14 +243,18 @@ Trainer::LocalGradient Trainer::compute_gradient(const BatchSampler& sampler, in
       AutocastScope autocast(runtime_);
       loss = model_->loss(inputs, targets, config_.lm_head_chunk);
     }
-    loss_sum += loss.item<double>();
+    loss_total.add_(loss.detach().to(torch::kFloat64));
     if (before_last_backward && micro + 1 == accum)
-      before_last_backward(loss_sum / static_cast<double>(accum),
+      before_last_backward(loss_total.item<double>() / static_cast<double>(accum),
                            static_cast<uint64_t>(accum * micro_batch * sampler.block_size()));
     (loss * (scaler_.scale() / static_cast<double>(accum))).backward();
     ++micro;
-    if (boxed && !another_fits(start, start, micro)) break;
+    if (boxed) {
+      if (runtime_.device.is_cuda()) torch::cuda::synchronize();
+      if (!another_fits(start, start, micro)) break;
+    }
   }
+  const double loss_sum = loss_total.item<double>();
   // The mean over the micro-batches taken; the exchange weights it by their tokens.
   if (micro < accum) flat_->grads().mul_(static_cast<double>(accum) / static_cast<double>(micro));
   micro_batches_ = micro;
@@ -388,11 +394,14 @@ double Trainer::apply_round(const exchange::RoundResult& result, uint64_t round,
     skip_step("a contributor's gradient overflowed");
     return result.loss;
   }
-  if (apply_gradient(lr, 1.0)) {
-    const torch::Tensor state = replica_state();
-    exchange_->after_update(round, state.data_ptr<float>(), static_cast<size_t>(state.numel()));
-  }
+  if (apply_gradient(lr, 1.0)) report_state_after(round);
   return result.loss;
+}
+
+void Trainer::report_state_after(uint64_t round) {
+  if (!exchange_->wants_state_after(round)) return;
+  const torch::Tensor state = replica_state();
+  exchange_->after_update(round, state.data_ptr<float>(), static_cast<size_t>(state.numel()));
 }
 
 torch::Tensor Trainer::replica_state() const {

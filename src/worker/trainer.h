@@ -118,6 +118,9 @@ class Trainer {
   // --overlap-steps) after the next overlap_steps inner steps, by apply_fragment_round.
   void outer_round(uint64_t round, size_t fragment, bool in_background = false);
   void apply_fragment_round();
+  // After an applied round: the replica state to the exchange, copied to the host only when
+  // the exchange reads it (a fingerprint is due).
+  void report_state_after(uint64_t round);
   // --partial-every: the round's Δ so far into the exchange, every that many inner steps while
   // the box is open and no round is in flight (Note [Partial deltas] in exchange/folder_exchange.h).
   void offer_partial_delta(uint64_t round);
