@@ -16,6 +16,8 @@ G=build/bin/gradbox
 cmake --build build --target gradbox >/dev/null
 mkdir -p "$OUT"
 csv="$OUT/speedup.csv"
+# PLOT_ONLY=1: the plots again from $OUT/speedup.csv, no sweeps.
+if [ -z "${PLOT_ONLY:-}" ]; then
 echo "sweep,mode,lag_median_s,workers,seconds_per_round,contributors,tokens_per_s,speedup,utilisation" > "$csv"
 
 # Rows of the table `gradbox simulate` prints, as CSV lines after the given prefix.
@@ -28,7 +30,7 @@ rows() {
 MODES=("source scheme|--source-scheme"
        "per-step sharded fp16|--mode per-step-sharded --codec fp16"
        "DiLoCo H=10 int4|--mode diloco --inner-steps 10 --codec int4"
-       "DiLoCo int4, overlapped 2,430 s boxes, partial deltas|--mode diloco --inner-steps 20 --overlap-steps 19 --round-seconds 2430 --partial-every 1 --codec int4")
+       "DiLoCo int4 in overlapped 2430 s boxes with partial deltas|--mode diloco --inner-steps 20 --overlap-steps 19 --round-seconds 2430 --partial-every 1 --codec int4")
 for entry in "${MODES[@]}"; do
   name=${entry%%|*}; flags=${entry#*|}
   echo "workers: $name"
@@ -44,6 +46,7 @@ for entry in "${MODES[@]:1}"; do
       "${LIFE_FLAGS[@]}"
   done
 done
+fi
 
 .venv/bin/python -c "import matplotlib" 2>/dev/null || .venv/bin/pip install -q matplotlib
 .venv/bin/python - "$csv" "$OUT" "${LIFE:-}" <<'PY'
@@ -51,6 +54,7 @@ import csv, sys
 import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from matplotlib.ticker import FormatStrFormatter, NullFormatter
 rows = list(csv.DictReader(open(sys.argv[1])))
 out = sys.argv[2]
 def series(sweep, x):
@@ -66,6 +70,9 @@ for mode, pts in series("workers", "workers").items():
 top = max(float(r["workers"]) for r in rows)
 ax.plot([1, top], [1, top], color="grey", linestyle=":", label="linear")
 ax.set_xscale("log", base=2); ax.set_yscale("log", base=2)
+# Plain numbers at the powers of two, no labels at the minor ticks (they printed as 2^4 twice).
+for axis in (ax.xaxis, ax.yaxis):
+    axis.set_major_formatter(FormatStrFormatter("%g")); axis.set_minor_formatter(NullFormatter())
 ax.set_xlabel("workers (T4, GPT-2-Large)"); ax.set_ylabel("speed-up over one worker")
 ax.set_title("Projected speed-up through Drive (lag median 20 s, p90 2 min)" +
              (f"\nsessions: {sys.argv[3]}" if sys.argv[3] else ""), fontsize=10)
@@ -76,6 +83,8 @@ for mode, pts in series("lag", "lag_median_s").items():
     pts.sort(key=lambda p: p[0])
     ax.plot([p[0] for p in pts], [100 * float(p[1]["utilisation"]) for p in pts], marker="o", label=mode)
 ax.set_xscale("log", base=2)
+ax.xaxis.set_major_formatter(FormatStrFormatter("%g")); ax.xaxis.set_minor_formatter(NullFormatter())
+ax.set_xticks(sorted({float(r["lag_median_s"]) for r in rows if r["sweep"] == "lag"}))
 ax.set_xlabel("folder lag, median seconds (p90 = 6x)"); ax.set_ylabel("compute utilisation, %")
 ax.set_title("5 workers: utilisation against the folder's lag")
 ax.set_ylim(0, 100); ax.legend(); ax.grid(True, which="both", alpha=0.3)

@@ -140,10 +140,11 @@ void run(const Options& o) {
                 p.round_upload_gb_per_worker_day, p.deaths, p.joins, p.virtual_hours);
     const sim::Projection::TimeShares& t = p.time;
     std::printf("%7s time: %.1f%% in averages, %.1f%% lost with dying sessions, %.1f%% left out, %.1f%% set-up, "
-                "%.1f%% starting or joining, %.1f%% waiting; a joiner's first step %.0f s after its set-up (median); "
-                "upload %.0f%% of --upload-cap-gb %.0f\n",
+                "%.1f%% starting or joining, %.1f%% waiting;%s upload %.0f%% of --upload-cap-gb %.0f\n",
                 "", 100 * t.useful, 100 * t.lost_at_death, 100 * t.left_out, 100 * t.setup, 100 * t.joining, 100 * t.idle,
-                p.join_median_s, 100 * p.upload_gb_per_worker_day / o.upload_cap_gb, o.upload_cap_gb);
+                p.joins > 0 ? str(" a joiner's first step ", std::lround(p.join_median_s), " s after its set-up (median);").c_str()
+                            : "",
+                100 * p.upload_gb_per_worker_day / o.upload_cap_gb, o.upload_cap_gb);
     std::fflush(stdout);
   }
 }
