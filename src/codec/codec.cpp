@@ -94,6 +94,11 @@ struct EncodeWorker {
   // than the conversion (memset plus page faults).
   std::unique_ptr<uint8_t[]> bound;
   size_t bound_size = 0;
+  void reserve_bound(size_t bytes) {
+    if (bound_size >= bytes) return;
+    bound.reset(new uint8_t[bytes]);
+    bound_size = bytes;
+  }
 };
 
 // The chunk's plain bytes (Note [Codec payload format]); may point into src for fp32.
@@ -360,23 +365,26 @@ void encode_impl(size_t n, const CodecOptions& opt, const Input& input, Bytes& o
   const std::vector<uint8_t> empty_preamble = write_preamble(l, sizes);
   out.clear();
   if (std::min<size_t>(std::max(opt.threads, 1), l.chunks) <= 1) {
-    // One thread: each chunk goes straight to its place in the payload (the table is filled in
-    // at the end). Reserving the bound up front costs address space only, not pages.
+    // One thread: each chunk is compressed into the worker's scratch and appended (the table is
+    // filled in at the end), so out only ever grows to the payload's size. A buffer kept from an
+    // earlier payload of about this size then neither reallocates nor faults in fresh pages; an
+    // empty one reserves zstd's bound (address space, not pages).
     workers.resize(1);
-    size_t most = empty_preamble.size();
-    for (size_t c = 0; c < l.chunks; ++c) most += ZSTD_compressBound(l.plain_bytes(l.chunk_size(c)));
-    out.reserve(most);
+    if (out.capacity() == 0) {
+      size_t most = empty_preamble.size();
+      for (size_t c = 0; c < l.chunks; ++c) most += ZSTD_compressBound(l.plain_bytes(l.chunk_size(c)));
+      out.reserve(most);
+    }
     out.resize(empty_preamble.size());
+    EncodeWorker& w = workers[0];
     for (size_t c = 0; c < l.chunks; ++c) {
       const size_t elems = l.chunk_size(c);
       const size_t plain_bytes = l.plain_bytes(elems);
-      EncodeWorker& w = workers[0];
       const uint8_t* plain = to_plain(l, input.values(l.chunk_begin(c), elems, w), elems, w.plain);
-      const size_t at = out.size();
       const size_t bound = ZSTD_compressBound(plain_bytes);
-      out.resize(at + bound);
-      sizes[c] = compress_chunk(plain, plain_bytes, opt.zstd_level, w, reinterpret_cast<uint8_t*>(out.data()) + at, bound);
-      out.resize(at + stored_bytes(sizes[c]));
+      w.reserve_bound(bound);
+      sizes[c] = compress_chunk(plain, plain_bytes, opt.zstd_level, w, w.bound.get(), bound);
+      out.insert(out.end(), w.bound.get(), w.bound.get() + stored_bytes(sizes[c]));
       input.encoded(l, l.chunk_begin(c), elems, plain, w);
     }
   } else {
@@ -386,10 +394,7 @@ void encode_impl(size_t n, const CodecOptions& opt, const Input& input, Bytes& o
       const size_t plain_bytes = l.plain_bytes(elems);
       const uint8_t* plain = to_plain(l, input.values(l.chunk_begin(c), elems, w), elems, w.plain);
       const size_t bound = ZSTD_compressBound(plain_bytes);
-      if (w.bound_size < bound) {
-        w.bound.reset(new uint8_t[bound]);
-        w.bound_size = bound;
-      }
+      w.reserve_bound(bound);
       sizes[c] = compress_chunk(plain, plain_bytes, opt.zstd_level, w, w.bound.get(), bound);
       stored[c].assign(w.bound.get(), w.bound.get() + stored_bytes(sizes[c]));
       input.encoded(l, l.chunk_begin(c), elems, plain, w);

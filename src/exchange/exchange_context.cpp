@@ -1,6 +1,7 @@
 #include "exchange/exchange_context.h"
 
 #include <algorithm>
+#include <iterator>
 #include <random>
 
 #include "common/checksum.h"
@@ -56,10 +57,17 @@ std::string Incarnation::token(const std::string& what) const {
   return to_hex64(checksum64(keyed.data(), keyed.size()));
 }
 
-std::string BufferPool::take() {
-  if (spare_.empty()) return {};
-  std::string buffer = std::move(spare_.back());
-  spare_.pop_back();
+std::string BufferPool::take(size_t bytes) {
+  std::string buffer;
+  if (!spare_.empty()) {
+    auto fit = std::find_if(spare_.begin(), spare_.end(), [bytes](const std::string& b) { return b.capacity() >= bytes; });
+    if (fit == spare_.end()) fit = std::prev(spare_.end());
+    buffer = std::move(*fit);
+    spare_.erase(fit);
+  }
+  // Too small: grow it now, with room for the next rounds' files of about this size (they
+  // vary by a few percent), rather than by doubling mid-write.
+  if (bytes != SIZE_MAX && buffer.capacity() < bytes) buffer.reserve(bytes + bytes / 8);
   return buffer;
 }
 

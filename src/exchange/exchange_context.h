@@ -77,12 +77,14 @@ class Incarnation {
 
 // Byte buffers kept across rounds for a round's large files (contributions read and written,
 // reduced shards, their framed copies). A fresh 50 MB buffer costs ~12k page faults and their
-// zeroing, more than encoding it; a buffer kept from the last round costs neither. take()
-// hands out the largest spare (an empty string when there is none); give() keeps the kKept
+// zeroing, more than encoding it; a buffer kept from the last round costs neither, as long as
+// it is large enough: one that must grow is a fresh one. take(bytes) hands out the smallest
+// spare that holds `bytes`, else the largest grown to hold them with an eighth to spare; for a
+// size not known, the largest (an empty string when there is none). give() keeps the kKept
 // largest of those worth keeping. Between rounds the pool holds about what a round uses.
 class BufferPool {
  public:
-  std::string take();
+  std::string take(size_t bytes = SIZE_MAX);
   void give(std::string&& buffer);
   size_t spare() const { return spare_.size(); }
 

@@ -102,7 +102,7 @@ void RoundAgreement::publish_contributions() {
     }
     own_checksums_[k] = checksum64(payload.data(), payload.size());
     own_files_[k] = contribution_name(c.worker, k, context_.incarnation.token(str("g/", round_, "/", k)));
-    std::string framed = context_.buffers.take();
+    std::string framed = context_.buffers.take(wire::framed_size_hint(payload.size()));
     wire::frame_into(header, payload, framed);
     context_.publish(round_dir() + "/" + own_files_[k], framed);
     context_.buffers.give(std::move(framed));
@@ -184,14 +184,15 @@ void RoundAgreement::publish_agreement(uint32_t k, uint32_t epoch) {
           });
         return;
       }
-      payload = context_.buffers.take();
+      payload = context_.buffers.take(own_payloads_[k].size());  // the reduced shard encodes to about as much
       codec::encode_into(reduced.data(), reduced.size(), c.codec, payload);
     }
   }
   for (const std::string& m : members_) view->add_members(m);
   if (k == 0) decide_view_(view, contributors);
   const std::string name = agreement_name(c.pattern, k, epoch, c.worker, context_.incarnation.token(str("a/", round_, "/", k, "/", epoch)));
-  std::string bytes = payload.empty() ? std::string() : context_.buffers.take();  // a commit is small
+  // A commit (no payload) is small.
+  std::string bytes = payload.empty() ? std::string() : context_.buffers.take(wire::framed_size_hint(payload.size()));
   wire::frame_into(header, payload, bytes);
   context_.buffers.give(std::move(payload));
   context_.publish(round_dir() + "/" + name, bytes);

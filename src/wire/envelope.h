@@ -31,6 +31,8 @@ inline constexpr uint32_t kFrameVersion = 1;
 inline constexpr uint32_t kWireVersion = 1;        // FileHeader.version we write and accept
 inline constexpr size_t kPreambleSize = 24;
 inline constexpr size_t kMaxHeaderSize = 1 << 20;  // a header is small; more is corruption
+// Room for a framed file of this payload: headers are a few KB (a round's contributor list).
+inline constexpr size_t framed_size_hint(size_t payload_bytes) { return kPreambleSize + (64 << 10) + payload_bytes; }
 
 // What a reader can say about a file's bytes.
 enum class FileState {

@@ -297,6 +297,27 @@ TEST(Codec, EncodingIsDeterministic) {
   }
 }
 
+// encode_into a buffer kept from an earlier file of about the payload's size (the exchange's
+// buffer pool holds such) writes in place: no reallocation, though zstd's bound is twice that
+// size (a fresh 50 MB buffer's page faults cost more than encoding it); the bytes are a fresh
+// encode's. A payload that does not fit grows the buffer.
+TEST(Codec, EncodeIntoAKeptBufferOfThePayloadsSizeWritesInPlace) {
+  const auto x = gaussian(3 * kChunkElems + 777, 31);
+  for (Codec c : kAll) {
+    const auto o = options(c);
+    const std::vector<uint8_t> fresh = encode(x.data(), x.size(), o);
+    std::string kept(fresh.size() + 64, 'k');  // a file of about that size
+    kept.shrink_to_fit();
+    const char* at = kept.data();
+    encode_into(x.data(), x.size(), o, kept);
+    EXPECT_EQ(static_cast<const void*>(kept.data()), static_cast<const void*>(at)) << codec_name(c);
+    EXPECT_EQ(kept, std::string(fresh.begin(), fresh.end())) << codec_name(c);
+    std::string small(16, 'x');
+    encode_into(x.data(), x.size(), o, small);
+    EXPECT_EQ(small, std::string(fresh.begin(), fresh.end())) << codec_name(c);
+  }
+}
+
 // Error feedback: sum_t decoded_t = sum_t g_t - residual_T, so the running sums stay within
 // one quantisation error of each other, where without feedback a sub-step signal is lost.
 struct FeedbackRun {

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "common/error.h"
+#include "exchange/exchange_context.h"
 #include "exchange/folder_names.h"
 #include "virtual_cluster.h"
 #include "wire/envelope.h"
@@ -84,6 +85,30 @@ std::vector<float> expected_average(const Team& team, const std::vector<std::str
   std::map<std::string, std::pair<std::vector<float>, uint64_t>> parts;
   for (const std::string& w : who) parts[w] = {gradient(seed_of(w, round), team.n), team.tokens.at(w)};
   return reference_average(parts);
+}
+
+// The buffer pool hands out the smallest spare that holds what is asked (a kept buffer that must
+// grow costs what a fresh one does), else the largest grown now with room to spare, and the
+// largest when the size is not known.
+TEST(BufferPool, TakesTheSmallestThatFitsElseGrowsTheLargest) {
+  BufferPool pool;
+  for (size_t mb : {8, 2, 5}) {
+    std::string b;
+    b.reserve(mb << 20);
+    pool.give(std::move(b));
+  }
+  pool.give(std::string(100, 'x'));  // too small to be worth keeping
+  EXPECT_EQ(pool.spare(), 3u);
+  std::string fit = pool.take(3 << 20);
+  EXPECT_GE(fit.capacity(), size_t{5} << 20);
+  EXPECT_LT(fit.capacity(), size_t{8} << 20);
+  EXPECT_TRUE(fit.empty());
+  std::string grown = pool.take(size_t{20} << 20);
+  EXPECT_GE(grown.capacity(), (size_t{20} << 20) + (size_t{20} << 20) / 8);
+  std::string largest = pool.take();
+  EXPECT_GE(largest.capacity(), size_t{2} << 20);
+  EXPECT_EQ(pool.spare(), 0u);
+  EXPECT_EQ(pool.take().capacity(), std::string().capacity());  // none left: a fresh one
 }
 
 // Round folders sort by name: eight digits at least, more past 99,999,999; parsed back.
