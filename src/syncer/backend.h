@@ -56,8 +56,12 @@ class Backend {
   // written is not copied whole to learn that; nullopt where looking costs a download anyway
   // (rclone: a process per look; the simulator, whose partial copies the download path meets).
   virtual std::optional<RemoteHead> head(const std::string& /*rel*/, size_t /*max_bytes*/) { return std::nullopt; }
-  // Copies SHARED/rel to local_path (created or truncated).
+  // SHARED/rel to local_path (created or replaced). For a write-once file: the local file may
+  // share its bytes with the shared one (a hard link, Note [Hard-linked transfers]).
   virtual void download(const std::string& rel, const fs::path& local_path) = 0;
+  // The same for a file edited in place (the control file): a copy of its own, which a later
+  // edit in the shared folder does not reach until it is downloaded again.
+  virtual void download_copy(const std::string& rel, const fs::path& local_path) { download(rel, local_path); }
   virtual void upload(const fs::path& local_path, const std::string& rel, UploadMode mode) = 0;
   // Deletes SHARED/rel; a file already gone is not an error.
   virtual void remove(const std::string& rel) = 0;

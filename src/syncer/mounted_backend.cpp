@@ -89,6 +89,32 @@ uint64_t copy_fd(Fd& in, Fd& out, uint64_t limit) {
   return total;
 }
 
+// Note [Hard-linked transfers]
+// Where the shared folder and the local folder are one file system (a local cluster, a
+// multi-GPU machine, a shared disk mounted where the worker's folder is), a transfer is a hard
+// link: the file's bytes are neither copied nor written again (the copies were most of what the
+// syncers cost a round: scripts/bench/exchange_bench.sh). The rules stay those of copies:
+//   - upload: link() never replaces a name (EEXIST, as O_EXCL), and the whole file appears at
+//     once (a copy shows a growing prefix first);
+//   - download: only a regular file is linked, and what is read later is verified again where
+//     it is read (the syncer verifies the link before flagging it; the worker's wire::parse
+//     checks every byte it reads), so an edit made in place afterwards, which a link would share
+//     with the inbox, is caught as corruption, never used.
+// Another file system (EXDEV), a mount that refuses links (EPERM, ENOTSUP: FUSE, FAT, cloud
+// mounts), a link count at its limit (EMLINK): the bytes are copied as before. Any other
+// failure (a name taken, a folder gone) is left to that copy, which reports it as it always has.
+bool linked(const fs::path& from, const fs::path& to) {
+  int rc;
+  do rc = ::link(from.c_str(), to.c_str());
+  while (rc != 0 && errno == EINTR);
+  return rc == 0;
+}
+
+bool is_regular_file_here(const fs::path& path) {
+  struct ::stat st {};
+  return ::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
 }  // namespace
 
 uint64_t copy_file_bytes(const fs::path& from, const fs::path& to, uint64_t limit) {
@@ -185,6 +211,16 @@ std::optional<RemoteHead> MountedBackend::head(const std::string& rel, size_t ma
 
 void MountedBackend::download(const std::string& rel, const fs::path& local_path) {
   check_rel(rel);
+  const fs::path from = root_ / rel;
+  // A link needs the name free; the caller's temporary name is its own.
+  std::error_code ec;
+  fs::remove(local_path, ec);
+  if (is_regular_file_here(from) && linked(from, local_path)) return;  // Note [Hard-linked transfers]
+  download_copy(rel, local_path);
+}
+
+void MountedBackend::download_copy(const std::string& rel, const fs::path& local_path) {
+  check_rel(rel);
   try {
     copy_file_bytes(root_ / rel, local_path);
   } catch (const BackendError&) {
@@ -198,6 +234,7 @@ void MountedBackend::upload(const fs::path& local_path, const std::string& rel, 
   require_root();
   const fs::path dest = root_ / rel;
   make_dirs(parent_rel(rel));
+  if (mode == UploadMode::create_new && linked(local_path, dest)) return;  // Note [Hard-linked transfers]
   Fd in(local_path, O_RDONLY);
   if (!in.ok()) in.fail("cannot open");
   if (mode == UploadMode::create_new) {

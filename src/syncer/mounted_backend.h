@@ -18,6 +18,7 @@ class MountedBackend : public Backend {
   std::optional<uint64_t> stat(const std::string& rel) override;
   std::optional<RemoteHead> head(const std::string& rel, size_t max_bytes) override;
   void download(const std::string& rel, const fs::path& local_path) override;
+  void download_copy(const std::string& rel, const fs::path& local_path) override;
   void upload(const fs::path& local_path, const std::string& rel, UploadMode mode) override;
   void remove(const std::string& rel) override;
   void remove_empty_dirs(const std::string& rel_dir) override;

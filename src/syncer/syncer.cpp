@@ -498,7 +498,7 @@ void Syncer::do_control_download(const Task& task) {
   const fs::path final_path = inbox_ / kControlFile;
   const fs::path tmp = inbox_ / str(kControlFile, mirror::kTempMarker, ".", ::getpid());
   TempGuard guard{tmp};
-  backend_->download(task.rel, tmp);
+  backend_->download_copy(task.rel, tmp);  // edited in place: a copy of its own
   const std::string text = read_file(tmp);
   const std::string problem = json_object_problem(text);
   std::optional<std::string> current;

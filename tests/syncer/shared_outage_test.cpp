@@ -3,7 +3,9 @@
 // stand still until the folder lists again; then everything held back goes through. Driven one
 // pass at a time on a fixed clock; the outage is a rename of the folder away and back.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -13,6 +15,7 @@
 #include "syncer/mounted_backend.h"
 #include "syncer/syncer.h"
 #include "test_util.h"
+#include "wire/envelope.h"
 
 namespace gradbox::syncer {
 namespace {
@@ -191,8 +194,9 @@ TEST(SharedFolderOutage, OneWarningPerOutage) {
   EXPECT_EQ(count_lines(log_file, "lists again after"), 2) << read_file(log_file);
 }
 
-// The mounted backend's copies (in the kernel where it can, read/write where it cannot: an
-// O_APPEND target) carry every byte: a new upload, the tail of an interrupted one, a download.
+// The mounted backend's transfers carry every byte: a new upload and a download (links here,
+// on one file system), the tail of an interrupted upload (a copy: read/write, since the kernel's
+// copy refuses an O_APPEND target).
 TEST(MountedBackend, CopiesEveryByteWhetherCreatingCompletingOrDownloading) {
   const fs::path root = fresh_dir("mounted_copies");
   fs::create_directories(root / "shared" / "r1");
@@ -207,6 +211,63 @@ TEST(MountedBackend, CopiesEveryByteWhetherCreatingCompletingOrDownloading) {
   EXPECT_EQ(read_file(root / "shared" / "r1" / "partial.bin"), bytes);
   backend.download("r1/new.bin", root / "down.bin");
   EXPECT_EQ(read_file(root / "down.bin"), bytes);
+}
+
+struct ::stat stat_of(const fs::path& path) {
+  struct ::stat st {};
+  EXPECT_EQ(::stat(path.c_str(), &st), 0) << path;
+  return st;
+}
+
+// Note [Hard-linked transfers]: on one file system an upload and a download are links to the
+// same bytes (no copy), an upload still never replaces a name, and a download that is edited in
+// place afterwards (the link shares the edit) fails the verification every read goes through.
+TEST(MountedBackend, OnOneFileSystemTransfersAreLinksThatStillNeverReplaceOrGoUnverified) {
+  const fs::path root = fresh_dir("mounted_links");
+  fs::create_directories(root / "shared");
+  MountedBackend backend(root / "shared");
+  const std::string bytes = framed_file(7, 100000);
+  write_file_atomic(root / "outbox.bin", bytes);
+
+  backend.upload(root / "outbox.bin", "r1/a.gbx", UploadMode::create_new);
+  const fs::path shared = root / "shared" / "r1" / "a.gbx";
+  EXPECT_EQ(stat_of(shared).st_ino, stat_of(root / "outbox.bin").st_ino);
+  EXPECT_EQ(stat_of(shared).st_nlink, 2u);
+  write_file_atomic(root / "other.bin", framed_file(8, 100));
+  EXPECT_THROW(backend.upload(root / "other.bin", "r1/a.gbx", UploadMode::create_new), BackendError);
+  EXPECT_EQ(read_file(shared), bytes);  // write-once: the name kept its bytes
+
+  backend.download("r1/a.gbx", root / "inbox.bin");
+  EXPECT_EQ(stat_of(root / "inbox.bin").st_ino, stat_of(shared).st_ino);
+  EXPECT_EQ(wire::verify_file(root / "inbox.bin").state, wire::FileState::complete);
+  {
+    std::fstream edit(shared, std::ios::in | std::ios::out | std::ios::binary);  // in place, as a hostile writer
+    edit.seekp(static_cast<std::streamoff>(bytes.size() - 5));
+    edit.put(static_cast<char>(bytes[bytes.size() - 5] ^ 0x40));
+  }
+  EXPECT_EQ(wire::verify_file(root / "inbox.bin").state, wire::FileState::corrupt);
+  EXPECT_THROW(wire::parse(read_file(root / "inbox.bin"), "inbox.bin"), wire::WireError);
+}
+
+// Across file systems (here /dev/shm, a tmpfs, against the test folder's disk) the same calls
+// copy: the bytes arrive whole in files of their own.
+TEST(MountedBackend, AcrossFileSystemsTransfersAreCopies) {
+  const fs::path root = fresh_dir("mounted_across");
+  const fs::path other = fs::path("/dev/shm") / root.filename();
+  std::error_code ec;
+  fs::create_directories(other / "shared", ec);
+  if (ec || stat_of(other).st_dev == stat_of(root).st_dev)
+    GTEST_SKIP() << "no second file system at /dev/shm on this machine";
+  MountedBackend backend(other / "shared");
+  const std::string bytes = framed_file(9, 300000);
+  write_file_atomic(root / "outbox.bin", bytes);
+  backend.upload(root / "outbox.bin", "r1/a.gbx", UploadMode::create_new);
+  EXPECT_EQ(stat_of(other / "shared" / "r1" / "a.gbx").st_nlink, 1u);
+  EXPECT_EQ(read_file(other / "shared" / "r1" / "a.gbx"), bytes);
+  backend.download("r1/a.gbx", root / "inbox.bin");
+  EXPECT_EQ(stat_of(root / "inbox.bin").st_nlink, 1u);
+  EXPECT_EQ(read_file(root / "inbox.bin"), bytes);
+  fs::remove_all(other, ec);
 }
 
 }  // namespace
