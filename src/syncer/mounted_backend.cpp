@@ -101,7 +101,8 @@ uint64_t copy_fd(Fd& in, Fd& out, uint64_t limit) {
 //     checks every byte it reads), so an edit made in place afterwards, which a link would share
 //     with the inbox, is caught as corruption, never used.
 // Another file system (EXDEV), a mount that refuses links (EPERM, ENOTSUP: FUSE, FAT, cloud
-// mounts), a link count at its limit (EMLINK): the bytes are copied as before. Any other
+// mounts), a link count at its limit (EMLINK): the bytes are copied as before. The cloud-folder
+// simulator always copies: a link keeps the writer's mtime, and its lag counts from the landing. Any other
 // failure (a name taken, a folder gone) is left to that copy, which reports it as it always has.
 bool linked(const fs::path& from, const fs::path& to) {
   int rc;
@@ -127,7 +128,7 @@ uint64_t copy_file_bytes(const fs::path& from, const fs::path& to, uint64_t limi
   return n;
 }
 
-MountedBackend::MountedBackend(fs::path root) : root_(std::move(root)) {}
+MountedBackend::MountedBackend(fs::path root, Transfers transfers) : root_(std::move(root)), transfers_(transfers) {}
 
 void MountedBackend::require_root() const {
   std::error_code ec;
@@ -215,7 +216,8 @@ void MountedBackend::download(const std::string& rel, const fs::path& local_path
   // A link needs the name free; the caller's temporary name is its own.
   std::error_code ec;
   fs::remove(local_path, ec);
-  if (is_regular_file_here(from) && linked(from, local_path)) return;  // Note [Hard-linked transfers]
+  if (transfers_ == Transfers::link_where_possible && is_regular_file_here(from) && linked(from, local_path))
+    return;  // Note [Hard-linked transfers]
   download_copy(rel, local_path);
 }
 
@@ -234,7 +236,8 @@ void MountedBackend::upload(const fs::path& local_path, const std::string& rel, 
   require_root();
   const fs::path dest = root_ / rel;
   make_dirs(parent_rel(rel));
-  if (mode == UploadMode::create_new && linked(local_path, dest)) return;  // Note [Hard-linked transfers]
+  if (transfers_ == Transfers::link_where_possible && mode == UploadMode::create_new && linked(local_path, dest))
+    return;  // Note [Hard-linked transfers]
   Fd in(local_path, O_RDONLY);
   if (!in.ok()) in.fail("cannot open");
   if (mode == UploadMode::create_new) {

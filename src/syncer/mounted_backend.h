@@ -12,7 +12,10 @@ namespace gradbox::syncer {
 
 class MountedBackend : public Backend {
  public:
-  explicit MountedBackend(fs::path root);
+  // Note [Hard-linked transfers] in mounted_backend.cpp: links where the file system allows, or
+  // always copies (the cloud-folder simulator, whose lag counts from a file's landing, its mtime).
+  enum class Transfers { link_where_possible, copy };
+  explicit MountedBackend(fs::path root, Transfers transfers = Transfers::link_where_possible);
   std::string name() const override { return "mounted"; }
   std::vector<RemoteEntry> list() override;
   std::optional<uint64_t> stat(const std::string& rel) override;
@@ -28,6 +31,7 @@ class MountedBackend : public Backend {
   void require_root() const;                       // throws SharedFolderGone unless it is a folder
   void make_dirs(const std::string& rel_dir) const;  // one mkdir per level below the root
   fs::path root_;
+  Transfers transfers_;
 };
 
 // Copies `from` to `to` (created or truncated), fsyncs it. `limit` caps the bytes copied.

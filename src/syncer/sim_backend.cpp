@@ -29,7 +29,7 @@ constexpr double kZ90 = 1.2815515655446004;  // standard normal 90th percentile
 }  // namespace
 
 SimBackend::SimBackend(fs::path true_root, std::string viewer, SimOptions options)
-    : truth_(std::move(true_root)), viewer_(std::move(viewer)), options_(std::move(options)),
+    : truth_(std::move(true_root), MountedBackend::Transfers::copy), viewer_(std::move(viewer)), options_(std::move(options)),
       start_(std::chrono::steady_clock::now()) {
   if (options_.log_path) {
     if (options_.log_path->has_parent_path()) fs::create_directories(options_.log_path->parent_path());
