@@ -311,6 +311,7 @@ void group_train_flags(CLI::App* cmd) {
       {"Optimizer",
        {"--optimizer", "--lr", "--min-lr", "--warmup-steps", "--weight-decay", "--beta1", "--beta2", "--eps",
         "--grad-clip"}},
+      {"Stability", {"--spike-z", "--spike-window", "--spike-rollback", "--inject-spike-steps", "--inject-spike-factor"}},
       {"Evaluation, checkpoints and logs",
        {"--eval-interval", "--eval-batches", "--thermometer-interval", "--checkpoint-interval", "--keep-checkpoints", "--log-interval",
         "--stop-at-step"}},
@@ -415,6 +416,18 @@ void add_train_command(CLI::App& app) {
   flags->add("--thermometer-interval", &worker::TrainConfig::thermometer_interval,
              "Every N steps, write each layer's largest attention logit, MLP output and residual value to "
              "metrics.jsonl (0: off)");
+  flags->add("--spike-z", &worker::TrainConfig::spike_z,
+             "Skip a step whose loss or gradient norm is more than this many deviations above the last "
+             "--spike-window steps' (0: off; Note [Spike guard])");
+  flags->add("--spike-window", &worker::TrainConfig::spike_window, "Applied steps the spike guard's statistics cover");
+  flags->add("--spike-rollback", &worker::TrainConfig::spike_rollback,
+             "Roll back to the newest checkpoint after this many skipped spikes in a window, skipping the batches "
+             "since (0: never; per-step rounds)");
+  flags->add_parsed<std::vector<int64_t>>("--inject-spike-steps", &worker::TrainConfig::inject_spike_steps, "",
+                                          worker::parse_step_list,
+                                          "Testing: multiply these steps' loss (and gradient) by --inject-spike-factor, "
+                                          "as a poisoned batch would (comma-separated)");
+  flags->add("--inject-spike-factor", &worker::TrainConfig::inject_spike_factor, "Testing: see --inject-spike-steps");
   flags->add("--eval-interval", &worker::TrainConfig::eval_interval, "Steps between validation runs (0: never)");
   flags->add("--eval-batches", &worker::TrainConfig::eval_batches, "Micro-batches per validation run");
   flags->add("--checkpoint-interval", &worker::TrainConfig::checkpoint_interval, "Steps between checkpoints (0: end only, -1: never)");

@@ -86,7 +86,8 @@ fs::path save_checkpoint(const fs::path& run_dir, const CheckpointState& state, 
                                 {"loss_scale_good_steps", state.loss_scale_good_steps},
                                 {"model_config", state.model_config},
                                 {"train_config", state.train_config},
-                                {"control", state.control}};
+                                {"control", state.control},
+                                {"spike_guard", state.spike_guard}};
   // Scalars (fragment 0) for a single fragment, as checkpoints before --fragments had them.
   auto one_or_all = [](const auto& values) -> nlohmann::json {
     if (values.size() == 1) return values[0];
@@ -144,6 +145,22 @@ std::optional<fs::path> find_latest_checkpoint(const fs::path& run_dir) {
   return std::nullopt;
 }
 
+std::optional<fs::path> find_rollback_checkpoint(const fs::path& run_dir, int64_t step, int64_t interval) {
+  std::optional<fs::path> newest;
+  for (const auto& [at, dir] : list_checkpoints(run_dir)) {
+    if (at > step) continue;
+    try {
+      verify_checkpoint(dir);
+    } catch (const InputError& e) {
+      logger().warn(str("skipping checkpoint ", dir.string(), ": ", e.what()));
+      continue;
+    }
+    if (interval > 0 && at % interval == 0) return dir;
+    if (!newest) newest = dir;
+  }
+  return newest;
+}
+
 fs::path resolve_checkpoint(const fs::path& run_or_checkpoint) {
   GB_REQUIRE(fs::exists(run_or_checkpoint), run_or_checkpoint.string(), ": no such checkpoint or run folder");
   if (fs::exists(run_or_checkpoint / "manifest.json")) {
@@ -170,6 +187,7 @@ CheckpointData load_checkpoint(const fs::path& run_or_checkpoint) {
     data.state.model_config = state.at("model_config");
     data.state.train_config = state.at("train_config");
     data.state.control = state.value("control", nlohmann::json::object());
+    data.state.spike_guard = state.value("spike_guard", nlohmann::json());  // null before the guard
     data.state.round = state.value("round", data.state.step);
     if (state.contains("outer")) {
       OuterState& outer = data.outer.emplace();

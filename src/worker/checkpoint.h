@@ -46,6 +46,7 @@ struct CheckpointState {
   nlohmann::json model_config;
   nlohmann::json train_config;
   nlohmann::json control = nlohmann::json::object();  // live control in effect (folder_exchange.h)
+  nlohmann::json spike_guard;  // the guard's window (Note [Spike guard] in spike_guard.h); null: none
 };
 
 struct CheckpointData {
@@ -75,6 +76,11 @@ void verify_checkpoint(const fs::path& dir);
 
 // The newest verified checkpoint of a run, skipping (and logging) broken or unfinished ones.
 std::optional<fs::path> find_latest_checkpoint(const fs::path& run_dir);
+
+// Where a rollback goes (Note [Spike guard]): the newest verified checkpoint at a multiple of
+// `interval` at or before `step` (every member of a run wrote one there), else the newest at or
+// before `step`; nullopt when there is none.
+std::optional<fs::path> find_rollback_checkpoint(const fs::path& run_dir, int64_t step, int64_t interval);
 
 // A run folder (its newest checkpoint) or a checkpoint folder; verified first.
 CheckpointData load_checkpoint(const fs::path& run_or_checkpoint);

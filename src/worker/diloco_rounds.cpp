@@ -93,7 +93,7 @@ double Trainer::diloco_step(double lr) {
       local = emulated_inner_step(lr);
     } else {
       local = compute_gradient(*train_sampler_, config_.micro_batch);
-      apply_gradient(lr, scaler_.scale());
+      apply_gradient(lr, scaler_.scale(), local.loss);
     }
     // Every fragment's next Δ holds this step.
     for (size_t p = 0; p < fragments_.size(); ++p) {
@@ -184,7 +184,8 @@ Trainer::LocalGradient Trainer::emulated_inner_step(double lr) {
     copy(optimizer_->exp_avg_sq(), r.exp_avg_sq);
     optimizer_->set_step_count(r.optimizer_step);
     const LocalGradient g = compute_gradient(emulated_samplers_[i], emulated_[i].micro_batch);
-    apply_gradient(lr, scaler_.scale());
+    // One guard cannot follow several replicas' streams: the emulation's inner steps go unjudged.
+    apply_gradient(lr, scaler_.scale(), std::numeric_limits<double>::quiet_NaN());
     copy(r.params, flat_->params());
     copy(r.exp_avg, optimizer_->exp_avg());
     copy(r.exp_avg_sq, optimizer_->exp_avg_sq());

@@ -19,7 +19,10 @@ std::string to_string(OptimizerKind kind) {
 std::string to_string(SyncMode mode) { return mode == SyncMode::diloco ? "diloco" : "gradient"; }
 
 std::string describe_sync(const TrainConfig& c) {
-  if (c.sync == SyncMode::gradient) return "gradient";
+  // The spike guard decides on agreed rounds with settings every replica must share (Note [Spike guard]).
+  if (c.sync == SyncMode::gradient)
+    return c.spike_z > 0 ? str("gradient spike-z=", c.spike_z, " window=", c.spike_window, " rollback=", c.spike_rollback)
+                         : "gradient";
   return str("diloco H=", c.inner_steps, " warmup=", c.sync_warmup_steps, " lr=", c.outer_lr, " momentum=", c.outer_momentum,
              c.inner_lr_scale != 1.0 ? str(" inner-lr-scale=", c.inner_lr_scale) : "",
              c.outer_nesterov ? " nesterov" : " heavy-ball",
@@ -74,6 +77,18 @@ void TrainConfig::validate() const {
   GB_REQUIRE(dropout >= 0 && dropout < 1, "--dropout: must be in [0, 1), got ", dropout);
   GB_REQUIRE(thermometer_interval >= 0, "--thermometer-interval: must be >= 0 (0: off), got ", thermometer_interval);
   GB_REQUIRE(lm_head_chunk >= 0, "--lm-head-chunk: must be >= 0 (0: off), got ", lm_head_chunk);
+  GB_REQUIRE(std::isfinite(spike_z) && spike_z >= 0, "--spike-z: must be >= 0 (0: off), got ", spike_z);
+  GB_REQUIRE(spike_window >= 8, "--spike-window: must be >= 8 steps, got ", spike_window);
+  GB_REQUIRE(spike_rollback >= 0 && spike_rollback <= spike_window, "--spike-rollback: must be between 0 (never) and "
+             "--spike-window ", spike_window, ", got ", spike_rollback);
+  GB_REQUIRE(spike_rollback == 0 || spike_z > 0, "--spike-rollback: needs the guard on (--spike-z > 0)");
+  GB_REQUIRE(spike_rollback == 0 || sync == SyncMode::gradient, "--spike-rollback: per-step rounds only (--sync gradient); "
+             "DiLoCo's inner steps are each worker's own, the guard skips them without rolling back");
+  GB_REQUIRE(spike_rollback == 0 || checkpoint_interval > 0, "--spike-rollback: rolls back to the checkpoints of "
+             "--checkpoint-interval, which must be > 0, got ", checkpoint_interval);
+  for (int64_t step : inject_spike_steps) GB_REQUIRE(step >= 1, "--inject-spike-steps: steps count from 1, got ", step);
+  GB_REQUIRE(std::isfinite(inject_spike_factor) && inject_spike_factor > 0, "--inject-spike-factor: must be > 0, got ",
+             inject_spike_factor);
   GB_REQUIRE(eval_interval >= 0, "--eval-interval: must be >= 0, got ", eval_interval);
   GB_REQUIRE(eval_batches >= 1, "--eval-batches: must be >= 1, got ", eval_batches);
   GB_REQUIRE(checkpoint_interval >= -1, "--checkpoint-interval: must be >= -1, got ", checkpoint_interval);
@@ -115,6 +130,26 @@ void TrainConfig::validate() const {
   GB_REQUIRE(partial_every == 0 || (sync == SyncMode::diloco && round_seconds > 0 && overlap_steps > 0),
              "--partial-every: only with overlapped time-boxed DiLoCo rounds (--sync diloco --round-seconds S "
              "--overlap-steps T)");
+}
+
+std::vector<int64_t> parse_step_list(const std::string& text) {
+  std::vector<int64_t> steps;
+  size_t at = 0;
+  while (at < text.size()) {
+    const size_t comma = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, comma - at);
+    size_t used = 0;
+    int64_t step = 0;
+    try {
+      step = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    GB_REQUIRE(!item.empty() && used == item.size(), "--inject-spike-steps ", text, ": '", item, "' is not a step number");
+    steps.push_back(step);
+    at = comma + 1;
+  }
+  return steps;
 }
 
 std::vector<EmulatedWorker> parse_emulated_workers(const std::string& spec) {
@@ -164,6 +199,11 @@ nlohmann::json TrainConfig::to_json() const {
       {"activation_checkpointing", activation_checkpointing},
       {"lm_head_chunk", lm_head_chunk},
       {"thermometer_interval", thermometer_interval},
+      {"spike_z", spike_z},
+      {"spike_window", spike_window},
+      {"spike_rollback", spike_rollback},
+      {"inject_spike_steps", inject_spike_steps},
+      {"inject_spike_factor", inject_spike_factor},
       {"eval_interval", eval_interval},
       {"eval_batches", eval_batches},
       {"checkpoint_interval", checkpoint_interval},
@@ -226,6 +266,11 @@ TrainConfig TrainConfig::from_json(const nlohmann::json& j, const std::string& w
   get("activation_checkpointing", c.activation_checkpointing);
   get("lm_head_chunk", c.lm_head_chunk);
   get("thermometer_interval", c.thermometer_interval);
+  get("spike_z", c.spike_z);
+  get("spike_window", c.spike_window);
+  get("spike_rollback", c.spike_rollback);
+  get("inject_spike_steps", c.inject_spike_steps);
+  get("inject_spike_factor", c.inject_spike_factor);
   get("eval_interval", c.eval_interval);
   get("eval_batches", c.eval_batches);
   get("checkpoint_interval", c.checkpoint_interval);

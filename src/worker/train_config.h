@@ -44,6 +44,16 @@ struct TrainConfig {
   std::string activation_checkpointing = "none";
   int64_t thermometer_interval = 0;  // steps between thermometer readings (Note [Thermometers]); 0: off
   int64_t lm_head_chunk = 0;  // token positions per block of the chunked LM head (0: unchunked)
+  // Spike guard (Note [Spike guard] in worker/spike_guard.h): skip a step whose loss or
+  // gradient norm is more than spike_z deviations above the last spike_window steps' (0: off);
+  // roll back to the newest checkpoint after spike_rollback skips in a window (0: never).
+  double spike_z = 0;
+  int64_t spike_window = 128;
+  int64_t spike_rollback = 0;
+  // Fault injection for tests: the loss (and so the gradient) of these steps is multiplied by
+  // inject_spike_factor, as a poisoned batch would make it.
+  std::vector<int64_t> inject_spike_steps;
+  double inject_spike_factor = 1000;
 
   // Evaluation, checkpoints, logging.
   int64_t eval_interval = 200;  // 0 disables validation
@@ -108,9 +118,12 @@ std::string to_string(OptimizerKind kind);
 std::string to_string(Precision precision);
 std::string to_string(SyncMode mode);
 SyncMode parse_sync(const std::string& name);            // InputError naming --sync
-// What every worker of a run must agree on about its rounds: "gradient", or DiLoCo's settings.
+// What every worker of a run must agree on about its rounds: "gradient" (with the spike guard's
+// settings when it is on), or DiLoCo's settings.
 std::string describe_sync(const TrainConfig& config);
 OptimizerKind parse_optimizer(const std::string& name);  // InputError naming --optimizer
 Precision parse_precision(const std::string& name);      // InputError naming --precision
+// "30,31" -> {30, 31}; "" -> {}. InputError naming --inject-spike-steps.
+std::vector<int64_t> parse_step_list(const std::string& text);
 
 }  // namespace gradbox::worker

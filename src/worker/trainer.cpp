@@ -2,9 +2,11 @@
 // diloco_rounds.cpp (Note [DiLoCo rounds] in worker/outer_optimizer.h).
 #include "worker/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <utility>
 
 #include "common/atomic_file.h"
 #include "common/checksum.h"
@@ -90,6 +92,7 @@ Trainer::Trainer(TrainConfig config) : config_(std::move(config)) {
   config_.validate();
   runtime_ = resolve_runtime(config_.device, config_.precision, config_.threads, config_.local_workers);
   scaler_ = LossScaler(runtime_.precision == Precision::fp16);
+  spike_guard_ = SpikeGuard(SpikeGuardConfig{config_.spike_z, config_.spike_window, config_.spike_rollback});
   data_info_ = data::read_dataset_info(config_.data_dir);
   train_file_.emplace(data::TokenFile::open(data_info_, "train"));
   if (data_info_.val_tokens > 0) val_file_.emplace(data::TokenFile::open(data_info_, "val"));
@@ -168,6 +171,7 @@ void Trainer::restore(const std::filesystem::path& dir, const model::ModelConfig
   }
   optimizer_->set_step_count(ckpt.state.optimizer_step);
   scaler_.restore(ckpt.state.loss_scale, ckpt.state.loss_scale_good_steps);
+  spike_guard_.restore(ckpt.state.spike_guard);
   step_ = ckpt.state.step;
   round_ = ckpt.state.round;
   tokens_ = ckpt.state.tokens;
@@ -233,6 +237,9 @@ Trainer::LocalGradient Trainer::compute_gradient(const BatchSampler& sampler, in
   // The losses add up on the device, in double: one read per step rather than a synchronising
   // .item() per micro-batch (a time box reads the clock after each one, so it syncs anyway).
   torch::Tensor loss_total = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(runtime_.device));
+  // --inject-spike-steps: this step's batches act as poisoned ones (a test of Note [Spike guard]).
+  const auto& poisoned = config_.inject_spike_steps;
+  const bool poison = std::find(poisoned.begin(), poisoned.end(), step_ + 1) != poisoned.end();
   int64_t micro = 0;
   while (micro < accum) {
     Batch batch = sampler.batch(step_ * accum + micro, micro_batch);
@@ -243,6 +250,7 @@ Trainer::LocalGradient Trainer::compute_gradient(const BatchSampler& sampler, in
       AutocastScope autocast(runtime_);
       loss = model_->loss(inputs, targets, config_.lm_head_chunk);
     }
+    if (poison) loss = loss * config_.inject_spike_factor;
     loss_total.add_(loss.detach().to(torch::kFloat64));
     if (before_last_backward && micro + 1 == accum)
       before_last_backward(loss_total.item<double>() / static_cast<double>(accum),
@@ -312,7 +320,7 @@ double Trainer::train_step(double lr) {
   }
   if (!exchange_) {
     tokens_ += static_cast<int64_t>(local.tokens);
-    apply_gradient(lr, scaler_.scale());
+    apply_gradient(lr, scaler_.scale(), local.loss);
     return local.loss;
   }
 
@@ -394,7 +402,7 @@ double Trainer::apply_round(const exchange::RoundResult& result, uint64_t round,
     skip_step("a contributor's gradient overflowed");
     return result.loss;
   }
-  if (apply_gradient(lr, 1.0)) report_state_after(round);
+  if (apply_gradient(lr, 1.0, result.loss)) report_state_after(round);
   return result.loss;
 }
 
@@ -414,7 +422,7 @@ uint64_t Trainer::replica_state_checksum() const {
   return checksum64(state.data_ptr<float>(), static_cast<size_t>(state.numel()) * sizeof(float));
 }
 
-bool Trainer::apply_gradient(double lr, double grad_scale) {
+bool Trainer::apply_gradient(double lr, double grad_scale, double loss) {
   const double scaled_norm = gradient_norm(*flat_);
   if (!std::isfinite(scaled_norm)) {
     last_grad_norm_ = scaled_norm;
@@ -422,6 +430,10 @@ bool Trainer::apply_gradient(double lr, double grad_scale) {
     return false;
   }
   const double norm = scaled_norm / grad_scale;
+  if (!passes_spike_guard(loss, norm)) {
+    last_grad_norm_ = norm;
+    return false;
+  }
   const double clip = (config_.grad_clip > 0 && norm > config_.grad_clip) ? config_.grad_clip / (norm + 1e-6) : 1.0;
   optimizer_->step(lr * lr_multiplier_, config_.weight_decay, clip / grad_scale);
   scaler_.applied();
@@ -516,6 +528,7 @@ std::filesystem::path Trainer::checkpoint() {
   state.model_config = model_->config().to_json();
   state.train_config = config_.to_json();
   state.control = nlohmann::json::parse(control_json_);
+  if (spike_guard_.enabled()) state.spike_guard = spike_guard_.to_json();
   std::optional<OuterState> outer;
   if (outer_) outer = OuterState{outer_->global(), outer_->momentum(), round_tokens_, round_loss_sum_};
   std::filesystem::path dir = save_checkpoint(config_.out_dir, state, *flat_, optimizer_->exp_avg(),
@@ -586,6 +599,7 @@ TrainSummary Trainer::run(const StopPredicate& should_stop) {
       if (exchange_) line["exchange_wait_seconds"] = step_exchange_wait_s_;
       if (config_.round_seconds > 0 && gradient_round) line["micro_batches"] = micro_batches_;
       if (measured) line["thermometer"] = thermometer_.read();
+      if (!spike_event_.is_null()) line["spike"] = std::exchange(spike_event_, nullptr);
       metrics_->write(line);
       if (passed_multiple(step_before, step_, config_.log_interval) || step_ == config_.max_steps) {
         log_progress(loss, lr * lr_multiplier_, interval_seconds, interval_steps, interval_tokens);

@@ -22,6 +22,7 @@
 #include "worker/optimizer.h"
 #include "worker/outer_optimizer.h"
 #include "worker/runtime.h"
+#include "worker/spike_guard.h"
 #include "worker/train_config.h"
 
 namespace gradbox::worker {
@@ -131,8 +132,14 @@ class Trainer {
   uint64_t replica_state_checksum() const;
   void adopt_fetched(const std::filesystem::path& dir);  // restore a fetched checkpoint and keep it as this step's
   void skip_step(const char* why);
-  // Clip and step on the flat grads (scaled by grad_scale); false when skipped as non-finite.
-  bool apply_gradient(double lr, double grad_scale);
+  // Clip and step on the flat grads (scaled by grad_scale) of a step whose loss is `loss`; false
+  // when skipped: non-finite, or a spike (Note [Spike guard], which may also roll back).
+  bool apply_gradient(double lr, double grad_scale, double loss);
+  // The guard's verdict on a step about to be applied; false: skip it (stability.cpp).
+  bool passes_spike_guard(double loss, double grad_norm);
+  // Weights, moments and loss scale from the newest checkpoint at a multiple of
+  // --checkpoint-interval; the step count, and with it the data, goes on.
+  void roll_back_after_spikes();
   double apply_round(const exchange::RoundResult& result, uint64_t round, double lr);
   std::optional<exchange::RoundResult> finish_pending_round();
   // Runs f, counting its time as this step's exposed exchange wait (the step's metrics line
@@ -187,6 +194,8 @@ class Trainer {
   int64_t tokens_ = 0;
   LossScaler scaler_{false};  // fp16: dynamic loss scaling (Note [Mixed precision] in loss_scale.h)
   double last_grad_norm_ = 0.0;
+  SpikeGuard spike_guard_{SpikeGuardConfig{}};  // Note [Spike guard] in spike_guard.h
+  nlohmann::json spike_event_;  // this step's skip or rollback, for its metrics line; null: none
   TrainConfig flags_;                                        // the values live control overrides
   std::string control_json_ = "{}";                          // in effect now
   std::map<uint64_t, exchange::AgreedControl> pending_controls_;  // by from_round
