@@ -305,7 +305,7 @@ void group_train_flags(CLI::App* cmd) {
   static const std::vector<std::pair<std::string, std::vector<std::string>>> kGroups = {
       {"Start here", {"--help", "--help-all", "--config", "--data", "--out", "--model", "--max-steps", "--device"}},
       {"Model and batch",
-       {"--init-from", "--micro-batch", "--block-size", "--grad-accum", "--dropout", "--activation-checkpointing", "--lm-head-chunk",
+       {"--init-from", "--micro-batch", "--block-size", "--grad-accum", "--curriculum", "--dropout", "--activation-checkpointing", "--lm-head-chunk",
         "--precision", "--threads", "--local-workers", "--seed", "--emulate-workers", "--memory-report",
         "--memory-budget-gb"}},
       {"Optimizer",
@@ -398,6 +398,9 @@ void add_train_command(CLI::App& app) {
   flags->add("--block-size", &worker::TrainConfig::block_size, "Tokens per sequence (0: the model's)");
   flags->add("--grad-accum", &worker::TrainConfig::grad_accum, "Micro-batches per optimizer step");
   flags->add("--max-steps", &worker::TrainConfig::max_steps, "Optimizer steps in the whole run");
+  flags->add("--curriculum", &worker::TrainConfig::curriculum,
+             "Short sequences and small batches first: STEP:BLOCK[:ACCUM],... each stage from its step on "
+             "(e.g. 1:256:8,2000:512:16,8000:1024)");
   flags->add_parsed<worker::OptimizerKind>("--optimizer", &worker::TrainConfig::optimizer, "adamw",
                                            worker::parse_optimizer, "adamw, lamb or sgd");
   flags->add("--lr", &worker::TrainConfig::lr, "Peak learning rate");

@@ -28,8 +28,10 @@ BatchSampler::BatchSampler(const data::TokenFile& file, int64_t block_size, uint
              block_size + 1, ": prepare more text or lower --block-size");
 }
 
-Batch BatchSampler::batch(int64_t index, int64_t batch_size) const {
-  const int64_t span = block_size_ + 1;
+Batch BatchSampler::batch(int64_t index, int64_t batch_size, int64_t block) const {
+  if (block == 0) block = block_size_;
+  GB_CHECK(block >= 1 && block <= block_size_, "block ", block, " outside [1, ", block_size_, "]");
+  const int64_t span = block + 1;
   const uint64_t positions = static_cast<uint64_t>(file_.size() - span + 1);
   torch::Tensor rows = torch::empty({batch_size, span}, torch::kInt64);
   int64_t* out = rows.data_ptr<int64_t>();
@@ -37,7 +39,7 @@ Batch BatchSampler::batch(int64_t index, int64_t batch_size) const {
     const uint64_t key = mix(mix(mix(seed_ ^ stream_) + static_cast<uint64_t>(index)) + static_cast<uint64_t>(row));
     file_.read(static_cast<int64_t>(key % positions), span, out + row * span);
   }
-  return {rows.narrow(1, 0, block_size_), rows.narrow(1, 1, block_size_)};
+  return {rows.narrow(1, 0, block), rows.narrow(1, 1, block)};
 }
 
 }  // namespace gradbox::worker

@@ -21,7 +21,9 @@ class BatchSampler {
   // Throws InputError naming the file when it holds fewer than block_size + 1 tokens.
   BatchSampler(const data::TokenFile& file, int64_t block_size, uint64_t seed, uint64_t stream);
 
-  Batch batch(int64_t index, int64_t batch_size) const;
+  // Rows of `block` tokens (0: block_size(); at most block_size(): a curriculum's shorter
+  // sequences, Note [Curriculum] in worker/curriculum.h).
+  Batch batch(int64_t index, int64_t batch_size, int64_t block = 0) const;
   int64_t block_size() const { return block_size_; }
 
  private:

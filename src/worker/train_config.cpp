@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "common/error.h"
+#include "worker/curriculum.h"
 
 namespace gradbox::worker {
 
@@ -66,6 +68,7 @@ void TrainConfig::validate() const {
   GB_REQUIRE(block_size >= 0, "--block-size: must be >= 0, got ", block_size);
   GB_REQUIRE(grad_accum >= 1, "--grad-accum: must be >= 1, got ", grad_accum);
   GB_REQUIRE(max_steps >= 1, "--max-steps: must be >= 1, got ", max_steps);
+  Curriculum::parse(curriculum, std::numeric_limits<int64_t>::max());  // its blocks are checked against the model's later
   GB_REQUIRE(lr > 0, "--lr: must be > 0, got ", lr);
   GB_REQUIRE(min_lr >= 0 && min_lr <= lr, "--min-lr: must be in [0, lr], got ", min_lr);
   GB_REQUIRE(warmup_steps >= 0, "--warmup-steps: must be >= 0, got ", warmup_steps);
@@ -186,6 +189,7 @@ nlohmann::json TrainConfig::to_json() const {
       {"block_size", block_size},
       {"grad_accum", grad_accum},
       {"max_steps", max_steps},
+      {"curriculum", curriculum},
       {"optimizer", to_string(optimizer)},
       {"lr", lr},
       {"min_lr", min_lr},
@@ -253,6 +257,7 @@ TrainConfig TrainConfig::from_json(const nlohmann::json& j, const std::string& w
   get("block_size", c.block_size);
   get("grad_accum", c.grad_accum);
   get("max_steps", c.max_steps);
+  get("curriculum", c.curriculum);
   if (j.contains("optimizer")) { get("optimizer", text); c.optimizer = parse_optimizer(text); }
   get("lr", c.lr);
   get("min_lr", c.min_lr);

@@ -29,6 +29,9 @@ struct TrainConfig {
   int64_t block_size = 0;  // 0: the model's block_size
   int64_t grad_accum = 1;
   int64_t max_steps = 1000;
+  // Short sequences and small batches first (Note [Curriculum] in worker/curriculum.h):
+  // "STEP:BLOCK[:ACCUM],..."; empty: the flags throughout.
+  std::string curriculum;
 
   // Optimizer and schedule.
   OptimizerKind optimizer = OptimizerKind::adamw;

@@ -140,6 +140,7 @@ Trainer::Trainer(TrainConfig config) : config_(std::move(config)) {
   // Each worker draws from its own stream: no coordination of data is needed.
   const std::string stream = config_.worker.empty() ? "train" : "train/" + config_.worker;
   train_sampler_.emplace(*train_file_, block, config_.seed, stream_id(stream));
+  curriculum_ = Curriculum::parse(config_.curriculum, block);
   if (!config_.emulate_workers.empty()) {
     emulated_ = parse_emulated_workers(config_.emulate_workers);
     // Each emulated worker's inner state lives in memory only (a test reference, not a run).
@@ -205,13 +206,28 @@ void Trainer::apply_control(const std::string& json, const char* why) {
   const exchange::LiveControl after = exchange::LiveControl::parse(json, "live control");
   control_json_ = after.to_json().dump();
   config_.micro_batch = after.micro_batch.value_or(flags_.micro_batch);
-  config_.grad_accum = after.grad_accum.value_or(flags_.grad_accum);
+  config_.grad_accum = after.grad_accum.value_or(base_grad_accum());
   config_.weight_decay = after.weight_decay.value_or(flags_.weight_decay);
   config_.dropout = after.dropout.value_or(flags_.dropout);
   lr_multiplier_ = after.lr_multiplier.value_or(1.0);
   model_->set_dropout(config_.dropout);
   if (!(before == after))
     logger().info(str("step ", step_ + 1, ": live control ", why, ": ", exchange::describe_change(before, after)));
+}
+
+int64_t Trainer::base_grad_accum() const {
+  return stage_ && stage_->grad_accum ? *stage_->grad_accum : flags_.grad_accum;
+}
+
+void Trainer::apply_curriculum(int64_t step) {
+  const std::optional<CurriculumStage> stage = curriculum_.at(step);
+  if (stage == stage_) return;
+  stage_ = stage;
+  block_now_ = stage ? stage->block : 0;
+  const exchange::LiveControl live = exchange::LiveControl::parse(control_json_, "live control");
+  config_.grad_accum = live.grad_accum.value_or(base_grad_accum());
+  logger().info(str("step ", step, ": curriculum stage: sequences of ", block_now_ > 0 ? block_now_ : train_sampler_->block_size(),
+                    " tokens, ", config_.grad_accum, " micro-batch(es) a step"));
 }
 
 // Every replica switches at the control's from_round, before computing that round.
@@ -240,9 +256,10 @@ Trainer::LocalGradient Trainer::compute_gradient(const BatchSampler& sampler, in
   // --inject-spike-steps: this step's batches act as poisoned ones (a test of Note [Spike guard]).
   const auto& poisoned = config_.inject_spike_steps;
   const bool poison = std::find(poisoned.begin(), poisoned.end(), step_ + 1) != poisoned.end();
+  const int64_t block = block_now_ > 0 ? block_now_ : sampler.block_size();  // Note [Curriculum]
   int64_t micro = 0;
   while (micro < accum) {
-    Batch batch = sampler.batch(step_ * accum + micro, micro_batch);
+    Batch batch = sampler.batch(step_ * accum + micro, micro_batch, block_now_);
     torch::Tensor inputs = batch.inputs.to(runtime_.device);
     torch::Tensor targets = batch.targets.to(runtime_.device);
     torch::Tensor loss;
@@ -254,7 +271,7 @@ Trainer::LocalGradient Trainer::compute_gradient(const BatchSampler& sampler, in
     loss_total.add_(loss.detach().to(torch::kFloat64));
     if (before_last_backward && micro + 1 == accum)
       before_last_backward(loss_total.item<double>() / static_cast<double>(accum),
-                           static_cast<uint64_t>(accum * micro_batch * sampler.block_size()));
+                           static_cast<uint64_t>(accum * micro_batch * block));
     (loss * (scaler_.scale() / static_cast<double>(accum))).backward();
     ++micro;
     if (boxed) {
@@ -266,7 +283,7 @@ Trainer::LocalGradient Trainer::compute_gradient(const BatchSampler& sampler, in
   // The mean over the micro-batches taken; the exchange weights it by their tokens.
   if (micro < accum) flat_->grads().mul_(static_cast<double>(accum) / static_cast<double>(micro));
   micro_batches_ = micro;
-  return {loss_sum / static_cast<double>(micro), static_cast<uint64_t>(micro * micro_batch * sampler.block_size())};
+  return {loss_sum / static_cast<double>(micro), static_cast<uint64_t>(micro * micro_batch * block)};
 }
 
 Trainer::LocalGradient Trainer::emulated_gradient() {
@@ -567,6 +584,7 @@ TrainSummary Trainer::run(const StopPredicate& should_stop) {
     while (step_ < config_.max_steps) {
       const double lr = schedule_.at(step_);
       const auto start = Clock::now();
+      apply_curriculum(step_ + 1);
       const int64_t tokens_before = tokens_;
       step_exchange_wait_s_ = 0;
       const bool gradient_round = !in_diloco_phase();

@@ -15,6 +15,7 @@
 #include "model/causal_lm.h"
 #include "worker/backward_stream.h"
 #include "worker/batch_sampler.h"
+#include "worker/curriculum.h"
 #include "worker/flat_parameters.h"
 #include "worker/loss_scale.h"
 #include "worker/lr_schedule.h"
@@ -162,6 +163,10 @@ class Trainer {
   // control overrides them from its round on.
   void apply_control(const std::string& json, const char* why);
   void apply_due_control(uint64_t round);
+  // Note [Curriculum] in curriculum.h: the stage of step `step` (from 1) sets the sequence length
+  // and, under any live control, the accumulation; the stage's accumulation, else the flag's.
+  void apply_curriculum(int64_t step);
+  int64_t base_grad_accum() const;
   void reload_agreed_state();
   void log_progress(double loss, double lr, double interval_seconds, int64_t interval_steps, int64_t interval_tokens);
 
@@ -195,6 +200,9 @@ class Trainer {
   LossScaler scaler_{false};  // fp16: dynamic loss scaling (Note [Mixed precision] in loss_scale.h)
   double last_grad_norm_ = 0.0;
   SpikeGuard spike_guard_{SpikeGuardConfig{}};  // Note [Spike guard] in spike_guard.h
+  Curriculum curriculum_;                       // Note [Curriculum] in curriculum.h
+  std::optional<CurriculumStage> stage_;        // in effect; nullopt: the flags'
+  int64_t block_now_ = 0;                       // sequence length of this step's batches (0: the run's)
   nlohmann::json spike_event_;  // this step's skip or rollback, for its metrics line; null: none
   TrainConfig flags_;                                        // the values live control overrides
   std::string control_json_ = "{}";                          // in effect now

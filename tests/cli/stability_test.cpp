@@ -1,6 +1,8 @@
-// Note [Spike guard] in real runs: a poisoned batch (--inject-spike-steps) is skipped, repeated
-// spikes roll the run back to its checkpoint while the steps go on, and two workers through a
-// shared folder skip and roll back at the same round with one of them poisoned, ending identical.
+// YaLM's stability measures in real runs. Note [Spike guard]: a poisoned batch
+// (--inject-spike-steps) is skipped, repeated spikes roll the run back to its checkpoint while the
+// steps go on, and two workers through a shared folder skip and roll back at the same round with
+// one of them poisoned, ending identical. Note [Curriculum]: shorter sequences and fewer
+// micro-batches first, counted token by token, alone and beside a worker without one.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -96,6 +98,52 @@ TEST_F(StabilityTest, TwoWorkersSkipAndRollBackTogetherWhenOneIsPoisoned) {
   }
   EXPECT_EQ(read_bytes(final_checkpoint(base / "a", 40) / "model.safetensors"),
             read_bytes(final_checkpoint(base / "b", 40) / "model.safetensors"));
+}
+
+// step -> tokens that step added to the run (all workers' when exchanging).
+std::map<int64_t, int64_t> tokens_per_step(const fs::path& run) {
+  std::map<int64_t, int64_t> out;
+  int64_t before = 0;
+  for (const nlohmann::json& r : read_metrics(run))
+    if (r.contains("tokens") && r.contains("loss")) {
+      out[r["step"].get<int64_t>()] = r["tokens"].get<int64_t>() - before;
+      before = r["tokens"].get<int64_t>();
+    }
+  return out;
+}
+
+TEST_F(StabilityTest, ACurriculumGrowsSequencesAndBatchesAndCountsTheirTokens) {
+  const fs::path run = dir("curriculum");
+  ProcessResult r = run_process(train(run, {"--block-size", "32", "--max-steps", "20", "--curriculum", "1:16,11:32:2"}));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::map<int64_t, int64_t> tokens = tokens_per_step(run);
+  ASSERT_EQ(tokens.size(), 20u);
+  for (const auto& [step, n] : tokens) EXPECT_EQ(n, step <= 10 ? 8 * 16 : 8 * 32 * 2) << "step " << step;
+  EXPECT_TRUE(contains(r.output, "step 11: curriculum stage: sequences of 32 tokens, 2 micro-batch(es)")) << r.output;
+  ProcessResult bad = run_process(train(dir("curriculum_bad"), {"--block-size", "32", "--curriculum", "1:64"}));
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_TRUE(contains(bad.output, "--curriculum 1:64")) << bad.output;
+}
+
+// Replicas on different stages average token by token: a with a curriculum, b without.
+TEST_F(StabilityTest, AWorkerOnACurriculumAndOneWithoutAverageTheirTokens) {
+  const fs::path base = dir("curriculum_pair");
+  std::map<std::string, pid_t> pids;
+  for (const std::string w : {"a", "b"}) {
+    std::vector<std::string> argv = train(base / w, {"--block-size", "32", "--max-steps", "20", "--shared",
+                                                     (base / "shared").string(), "--worker", w, "--peers", "a,b",
+                                                     "--local-workers", "2", "--sync-args", "--poll-ms 20"});
+    if (w == "a") argv.insert(argv.end(), {"--curriculum", "1:16,11:32:2"});
+    pids[w] = start_process(argv, base / (w + ".log"));
+  }
+  for (const auto& [w, pid] : pids) ASSERT_EQ(wait_process(pid), 0) << read_bytes(base / (w + ".log"));
+  for (const std::string w : {"a", "b"}) {
+    const std::map<int64_t, int64_t> tokens = tokens_per_step(base / w);
+    ASSERT_EQ(tokens.size(), 20u) << w;
+    for (const auto& [step, n] : tokens) EXPECT_EQ(n, (step <= 10 ? 8 * 16 : 8 * 32 * 2) + 8 * 32) << w << " step " << step;
+  }
+  EXPECT_EQ(read_bytes(final_checkpoint(base / "a", 20) / "model.safetensors"),
+            read_bytes(final_checkpoint(base / "b", 20) / "model.safetensors"));
 }
 
 TEST_F(StabilityTest, GuardSettingsAreCheckedAndWorkersMustShareThem) {
