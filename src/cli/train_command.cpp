@@ -309,7 +309,7 @@ void group_train_flags(CLI::App* cmd) {
         "--precision", "--threads", "--local-workers", "--seed", "--emulate-workers", "--memory-report",
         "--memory-budget-gb"}},
       {"Optimizer",
-       {"--optimizer", "--lr", "--min-lr", "--warmup-steps", "--weight-decay", "--beta1", "--beta2", "--eps",
+       {"--optimizer", "--moments", "--lr", "--min-lr", "--warmup-steps", "--weight-decay", "--beta1", "--beta2", "--eps",
         "--grad-clip"}},
       {"Stability", {"--spike-z", "--spike-window", "--spike-rollback", "--inject-spike-steps", "--inject-spike-factor"}},
       {"Evaluation, checkpoints and logs",
@@ -360,6 +360,7 @@ void print_memory_report(const worker::TrainConfig& config, const SharedFlags& s
   GB_REQUIRE(cuda || in.precision == worker::Precision::fp32, "--precision ", worker::to_string(in.precision),
              ": needs a CUDA device (on CPU use fp32)");
   in.optimizer = config.optimizer;
+  in.moments = config.moments;
   const auto checkpointing = model::ActivationCheckpointing::parse(config.activation_checkpointing);
   for (int64_t layer = 0; layer < in.model.n_layer; ++layer) in.checkpointed_layers += checkpointing.applies_to(layer, in.model.n_layer);
   in.lm_head_chunk = config.lm_head_chunk;
@@ -438,6 +439,9 @@ void add_train_command(CLI::App& app) {
   flags->add("--log-interval", &worker::TrainConfig::log_interval, "Steps between progress lines");
   flags->add("--seed", &worker::TrainConfig::seed, "Seed for weights, data order and dropout");
   flags->add("--device", &worker::TrainConfig::device, "auto, cpu, cuda or cuda:N");
+  flags->add_parsed<worker::MomentStorage>("--moments", &worker::TrainConfig::moments, "fp32", worker::parse_moments,
+                                           "AdamW's moments in fp32, or int8: 8 bits a value on a logarithmic scale per "
+                                           "block of 256, 2 bytes a parameter instead of 8 (Note [8-bit moments])");
   flags->add_parsed<worker::Precision>("--precision", &worker::TrainConfig::precision, "auto", worker::parse_precision,
                                        "auto (bf16 on CUDA, fp32 on CPU), fp32, bf16 or fp16");
   flags->add("--threads", &worker::TrainConfig::threads, "CPU threads (0: cores / local workers)");

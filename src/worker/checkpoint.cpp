@@ -52,7 +52,8 @@ std::vector<std::pair<int64_t, fs::path>> list_checkpoints(const fs::path& run_d
 fs::path checkpoint_root(const fs::path& run_dir) { return run_dir / "checkpoints"; }
 
 fs::path save_checkpoint(const fs::path& run_dir, const CheckpointState& state, const FlatParameters& flat,
-                         const torch::Tensor& exp_avg, const torch::Tensor& exp_avg_sq, const OuterState* outer) {
+                         const std::vector<std::pair<std::string, torch::Tensor>>& moments,
+                         const OuterState* outer) {
   const fs::path root = checkpoint_root(run_dir);
   fs::create_directories(root);
   const fs::path final_dir = root / step_name(state.step);
@@ -65,9 +66,9 @@ fs::path save_checkpoint(const fs::path& run_dir, const CheckpointState& state, 
     params.emplace_back(s.name, flat.params().narrow(0, s.offset, s.numel).view(s.shape).cpu());
   model::save_safetensors(temp_dir / "model.safetensors", params, {{"format", "gradbox"}});
 
-  std::vector<std::pair<std::string, torch::Tensor>> optimizer = {
-      {"exp_avg", exp_avg.cpu()}, {"exp_avg_sq", exp_avg_sq.cpu()},
-      {"rng.cpu", at::detail::getDefaultCPUGenerator().get_state()}};
+  std::vector<std::pair<std::string, torch::Tensor>> optimizer;
+  for (const auto& [name, tensor] : moments) optimizer.emplace_back(name, tensor.cpu());
+  optimizer.emplace_back("rng.cpu", at::detail::getDefaultCPUGenerator().get_state());
   if (outer) {
     optimizer.emplace_back("outer.global", outer->global.cpu());
     optimizer.emplace_back("outer.momentum", outer->momentum.cpu());
@@ -206,10 +207,12 @@ CheckpointData load_checkpoint(const fs::path& run_or_checkpoint) {
   data.parameters = model::load_safetensors(dir / "model.safetensors");
   std::map<std::string, torch::Tensor> optimizer = model::load_safetensors(dir / "optimizer.safetensors");
   const fs::path optimizer_path = dir / "optimizer.safetensors";
-  for (const char* key : {"exp_avg", "exp_avg_sq", "rng.cpu"})
-    GB_REQUIRE(optimizer.count(key), optimizer_path.string(), ": missing tensor '", key, "'");
-  data.exp_avg = optimizer["exp_avg"];
-  data.exp_avg_sq = optimizer["exp_avg_sq"];
+  GB_REQUIRE(optimizer.count("rng.cpu"), optimizer_path.string(), ": missing tensor 'rng.cpu'");
+  // The moments in either form; the optimizer checks them as it loads them.
+  for (const auto& [name, tensor] : optimizer)
+    if (name.rfind("exp_avg", 0) == 0) data.moments[name] = tensor;
+  GB_REQUIRE(data.moments.count("exp_avg") || data.moments.count("exp_avg.q8_codes"), optimizer_path.string(),
+             ": missing tensor 'exp_avg' (nor int8 moments 'exp_avg.q8_codes')");
   data.cpu_rng = optimizer["rng.cpu"];
   for (int i = 0; optimizer.count(str("rng.cuda.", i)); ++i) data.cuda_rngs.push_back(optimizer[str("rng.cuda.", i)]);
   if (data.outer) {
@@ -232,8 +235,6 @@ void restore_parameters(const CheckpointData& data, FlatParameters& flat, const 
                it->second.sizes(), ", the model expects ", torch::IntArrayRef(s.shape));
     flat.params().narrow(0, s.offset, s.numel).copy_(it->second.reshape({-1}));
   }
-  GB_REQUIRE(data.exp_avg.numel() == flat.numel() && data.exp_avg_sq.numel() == flat.numel(), where.string(),
-             ": optimizer state has ", data.exp_avg.numel(), " elements, the model ", flat.numel());
 }
 
 void restore_rng(const CheckpointData& data) {

@@ -52,8 +52,8 @@ struct CheckpointState {
 struct CheckpointData {
   CheckpointState state;
   std::map<std::string, torch::Tensor> parameters;  // by name, on CPU
-  torch::Tensor exp_avg;                            // flat, on CPU
-  torch::Tensor exp_avg_sq;
+  // The optimizer's moments by name, on CPU, in either form (Optimizer::moment_tensors).
+  std::map<std::string, torch::Tensor> moments;
   torch::Tensor cpu_rng;
   std::vector<torch::Tensor> cuda_rngs;
   std::optional<OuterState> outer;  // on CPU; present when the run syncs by DiLoCo rounds
@@ -63,7 +63,7 @@ fs::path checkpoint_root(const fs::path& run_dir);
 
 // Writes a checkpoint for `state.step` and returns its folder.
 fs::path save_checkpoint(const fs::path& run_dir, const CheckpointState& state, const FlatParameters& flat,
-                         const torch::Tensor& exp_avg, const torch::Tensor& exp_avg_sq,
+                         const std::vector<std::pair<std::string, torch::Tensor>>& moments,
                          const OuterState* outer = nullptr);
 
 // Makes `fetched` (a checkpoint the exchange fetched from the shared folder, named by the

@@ -1,5 +1,6 @@
 #include "worker/memory_plan.h"
 
+#include <cmath>
 #include <cstdio>
 
 #include "common/error.h"
@@ -34,8 +35,11 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   };
   add("parameters (fp32 master)", 4 * p);
   add("gradients (fp32, flat)", 4 * p);
-  add(in.optimizer == OptimizerKind::sgd ? "optimizer state (none)" : "optimizer moments (2 x fp32)",
-      in.optimizer == OptimizerKind::sgd ? 0 : 8 * p);
+  if (in.optimizer != OptimizerKind::sgd && in.moments == MomentStorage::int8)
+    add("optimizer moments (2 x int8, a range per 256)", 2 * p + 16 * std::ceil(p / 256));
+  else
+    add(in.optimizer == OptimizerKind::sgd ? "optimizer state (none)" : "optimizer moments (2 x fp32)",
+        in.optimizer == OptimizerKind::sgd ? 0 : 8 * p);
   if (half) add("autocast's 16-bit weight copies", 2 * p);
   const double per_layer = tokens * activation_floats_per_token_layer(in.model) * act_bytes;
   const int64_t layers = in.model.n_layer;
@@ -87,7 +91,8 @@ std::string format_memory_plan(const MemoryPlan& plan, const MemoryPlanInputs& i
     if (in.lm_head_chunk <= 0) out += " --lm-head-chunk 256;";
     if (in.checkpointed_layers < in.model.n_layer) out += " --activation-checkpointing all;";
     if (in.micro_batch > 1) out += " a smaller --micro-batch with --grad-accum;";
-    if (in.optimizer != OptimizerKind::sgd) out += " the optimizer moments (8 bytes/parameter) are the largest fixed part;";
+    if (in.optimizer != OptimizerKind::sgd && in.moments == MomentStorage::fp32)
+      out += " --moments int8 (the moments take 2 bytes a parameter instead of 8);";
     out += "\n";
   }
   return out;

@@ -4,7 +4,8 @@
 // so that a user learns whether GPT-2-Large fits a 15 GB T4 before a session's hour is spent
 // finding out (`gradbox train ... --memory-report`). The model, per part:
 //   - fp32 master parameters, fp32 flat gradients: 4 bytes each per parameter;
-//   - optimizer state: AdamW and LAMB two fp32 moments (8 bytes), SGD none;
+//   - optimizer state: AdamW and LAMB two fp32 moments (8 bytes), with --moments int8 two codes
+//     and per-256 block ranges (2.06 bytes; Note [8-bit moments]), SGD none;
 //   - autocast's 16-bit copies of the weights, cached for the step on CUDA: 2 bytes;
 //   - activations kept for backward, per token and layer, in the compute dtype: GPT-2 16 x
 //     n_embd (ln_1 in and out, qkv, attention out, ln_2 in and out, fc out, gelu out); LLaMA
@@ -34,6 +35,7 @@ struct MemoryPlanInputs {
   bool cuda = false;
   Precision precision = Precision::fp32;  // resolved
   OptimizerKind optimizer = OptimizerKind::adamw;
+  MomentStorage moments = MomentStorage::fp32;
   int64_t checkpointed_layers = 0;
   int64_t lm_head_chunk = 0;
   bool diloco = false;

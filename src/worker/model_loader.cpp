@@ -49,7 +49,7 @@ void import_to_run(const std::filesystem::path& hf_dir, const std::filesystem::p
   state.model_config = model->config().to_json();
   state.train_config = nlohmann::json::object();
   const torch::Tensor zeros = torch::zeros_like(flat.params());
-  save_checkpoint(run_dir, state, flat, zeros, zeros);
+  save_checkpoint(run_dir, state, flat, {{"exp_avg", zeros}, {"exp_avg_sq", zeros}});
   write_file_atomic(run_dir / "model_config.json", model->config().to_json().dump(2));
   const std::filesystem::path tokenizer_dir = run_dir / "tokenizer";
   std::filesystem::create_directories(tokenizer_dir);

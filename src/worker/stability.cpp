@@ -47,11 +47,7 @@ void Trainer::roll_back_after_spikes() {
   // led here) are not seen again and the schedule goes on (YaLM's rollback and skip).
   CheckpointData ckpt = load_checkpoint(*dir);
   restore_parameters(ckpt, *flat_, *dir);
-  {
-    torch::NoGradGuard no_grad;
-    optimizer_->exp_avg().copy_(ckpt.exp_avg);
-    optimizer_->exp_avg_sq().copy_(ckpt.exp_avg_sq);
-  }
+  optimizer_->load_moment_tensors(ckpt.moments, (*dir / "optimizer.safetensors").string());
   optimizer_->set_step_count(ckpt.state.optimizer_step);
   scaler_.restore(ckpt.state.loss_scale, ckpt.state.loss_scale_good_steps);
   spike_event_["rolled_back_to_step"] = ckpt.state.step;

@@ -21,14 +21,24 @@ std::string to_string(OptimizerKind kind) {
 std::string to_string(SyncMode mode) { return mode == SyncMode::diloco ? "diloco" : "gradient"; }
 
 std::string describe_sync(const TrainConfig& c) {
-  // The spike guard decides on agreed rounds with settings every replica must share (Note [Spike guard]).
+  // The spike guard decides on agreed rounds with settings every replica must share (Note [Spike guard]),
+  // and replicas that step the same gradient must keep their moments alike.
   if (c.sync == SyncMode::gradient)
-    return c.spike_z > 0 ? str("gradient spike-z=", c.spike_z, " window=", c.spike_window, " rollback=", c.spike_rollback)
-                         : "gradient";
+    return str("gradient",
+               c.spike_z > 0 ? str(" spike-z=", c.spike_z, " window=", c.spike_window, " rollback=", c.spike_rollback) : "",
+               c.moments == MomentStorage::int8 ? " moments=int8" : "");
   return str("diloco H=", c.inner_steps, " warmup=", c.sync_warmup_steps, " lr=", c.outer_lr, " momentum=", c.outer_momentum,
              c.inner_lr_scale != 1.0 ? str(" inner-lr-scale=", c.inner_lr_scale) : "",
              c.outer_nesterov ? " nesterov" : " heavy-ball",
              c.fragments > 1 || c.overlap_steps > 0 ? str(" fragments=", c.fragments, " overlap=", c.overlap_steps) : "");
+}
+
+std::string to_string(MomentStorage storage) { return storage == MomentStorage::int8 ? "int8" : "fp32"; }
+
+MomentStorage parse_moments(const std::string& name) {
+  if (name == "fp32") return MomentStorage::fp32;
+  if (name == "int8") return MomentStorage::int8;
+  throw InputError(str("--moments: unknown storage '", name, "' (fp32, int8)"));
 }
 
 SyncMode parse_sync(const std::string& name) {
@@ -76,6 +86,10 @@ void TrainConfig::validate() const {
   GB_REQUIRE(beta1 >= 0 && beta1 < 1, "--beta1: must be in [0, 1), got ", beta1);
   GB_REQUIRE(beta2 >= 0 && beta2 < 1, "--beta2: must be in [0, 1), got ", beta2);
   GB_REQUIRE(eps > 0, "--eps: must be > 0, got ", eps);
+  GB_REQUIRE(moments == MomentStorage::fp32 || optimizer == OptimizerKind::adamw,
+             "--moments int8: AdamW's moments only (--optimizer adamw), got --optimizer ", to_string(optimizer));
+  GB_REQUIRE(moments == MomentStorage::fp32 || emulate_workers.empty(),
+             "--moments int8: not with --emulate-workers (the emulation is an fp32 reference)");
   GB_REQUIRE(grad_clip >= 0, "--grad-clip: must be >= 0, got ", grad_clip);
   GB_REQUIRE(dropout >= 0 && dropout < 1, "--dropout: must be in [0, 1), got ", dropout);
   GB_REQUIRE(thermometer_interval >= 0, "--thermometer-interval: must be >= 0 (0: off), got ", thermometer_interval);
@@ -191,6 +205,7 @@ nlohmann::json TrainConfig::to_json() const {
       {"max_steps", max_steps},
       {"curriculum", curriculum},
       {"optimizer", to_string(optimizer)},
+      {"moments", to_string(moments)},
       {"lr", lr},
       {"min_lr", min_lr},
       {"warmup_steps", warmup_steps},
@@ -259,6 +274,7 @@ TrainConfig TrainConfig::from_json(const nlohmann::json& j, const std::string& w
   get("max_steps", c.max_steps);
   get("curriculum", c.curriculum);
   if (j.contains("optimizer")) { get("optimizer", text); c.optimizer = parse_optimizer(text); }
+  if (j.contains("moments")) { get("moments", text); c.moments = parse_moments(text); }
   get("lr", c.lr);
   get("min_lr", c.min_lr);
   get("warmup_steps", c.warmup_steps);

@@ -16,6 +16,8 @@ enum class OptimizerKind { adamw, lamb, sgd };
 // diloco: every inner_steps local steps are a round that averages parameter deltas.
 enum class SyncMode { gradient, diloco };
 enum class Precision { auto_select, fp32, bf16, fp16 };
+// How AdamW keeps its moments: fp32, or 8 bits a value (Note [8-bit moments] in kernels/adamw_q8.h).
+enum class MomentStorage { fp32, int8 };
 
 struct TrainConfig {
   // What to train on and where to write.
@@ -35,6 +37,7 @@ struct TrainConfig {
 
   // Optimizer and schedule.
   OptimizerKind optimizer = OptimizerKind::adamw;
+  MomentStorage moments = MomentStorage::fp32;
   double lr = 6e-4;
   double min_lr = 6e-5;
   int64_t warmup_steps = 100;
@@ -126,6 +129,8 @@ SyncMode parse_sync(const std::string& name);            // InputError naming --
 std::string describe_sync(const TrainConfig& config);
 OptimizerKind parse_optimizer(const std::string& name);  // InputError naming --optimizer
 Precision parse_precision(const std::string& name);      // InputError naming --precision
+std::string to_string(MomentStorage storage);
+MomentStorage parse_moments(const std::string& name);    // InputError naming --moments
 // "30,31" -> {30, 31}; "" -> {}. InputError naming --inject-spike-steps.
 std::vector<int64_t> parse_step_list(const std::string& text);
 

@@ -114,7 +114,7 @@ Trainer::Trainer(TrainConfig config) : config_(std::move(config)) {
   model_->to(runtime_.device);
   flat_ = std::make_unique<FlatParameters>(*model_, [&](const std::string& name) { return model_->is_no_decay(name); });
   optimizer_ = std::make_unique<Optimizer>(
-      *flat_, OptimizerHyper{config_.optimizer, config_.beta1, config_.beta2, config_.eps});
+      *flat_, OptimizerHyper{config_.optimizer, config_.beta1, config_.beta2, config_.eps, config_.moments});
   schedule_ = LrSchedule{config_.lr, config_.min_lr, config_.warmup_steps, config_.max_steps};
   if (config_.sync == SyncMode::diloco) {
     outer_ = std::make_unique<OuterOptimizer>(
@@ -165,11 +165,7 @@ void Trainer::restore(const std::filesystem::path& dir, const model::ModelConfig
              config_.out_dir.string(), " holds a checkpoint of a different model (", dir.string(),
              "); use another --out or the same model");
   restore_parameters(ckpt, *flat_, dir);
-  {
-    torch::NoGradGuard no_grad;
-    optimizer_->exp_avg().copy_(ckpt.exp_avg);
-    optimizer_->exp_avg_sq().copy_(ckpt.exp_avg_sq);
-  }
+  optimizer_->load_moment_tensors(ckpt.moments, (dir / "optimizer.safetensors").string());
   optimizer_->set_step_count(ckpt.state.optimizer_step);
   scaler_.restore(ckpt.state.loss_scale, ckpt.state.loss_scale_good_steps);
   spike_guard_.restore(ckpt.state.spike_guard);
@@ -548,8 +544,8 @@ std::filesystem::path Trainer::checkpoint() {
   if (spike_guard_.enabled()) state.spike_guard = spike_guard_.to_json();
   std::optional<OuterState> outer;
   if (outer_) outer = OuterState{outer_->global(), outer_->momentum(), round_tokens_, round_loss_sum_};
-  std::filesystem::path dir = save_checkpoint(config_.out_dir, state, *flat_, optimizer_->exp_avg(),
-                                              optimizer_->exp_avg_sq(), outer ? &*outer : nullptr);
+  std::filesystem::path dir =
+      save_checkpoint(config_.out_dir, state, *flat_, optimizer_->moment_tensors(), outer ? &*outer : nullptr);
   prune_checkpoints(config_.out_dir, config_.keep_checkpoints);
   // Only the state after a whole round is the run's: one taken inside a DiLoCo round is local.
   if (exchange_ && !mid_round())

@@ -118,6 +118,12 @@ class ResumeTest : public CliTest {
 
 TEST_F(ResumeTest, BitExactGpt2AdamW) { expect_resume_exact({"--model", "gpt2-tiny"}, "gpt2"); }
 
+// Note [8-bit moments]: the checkpoint keeps the codes, so the resumed run's moments are the
+// straight run's bytes.
+TEST_F(ResumeTest, BitExactGpt2AdamWWithInt8Moments) {
+  expect_resume_exact({"--model", "gpt2-tiny", "--moments", "int8"}, "gpt2_q8");
+}
+
 TEST_F(ResumeTest, BitExactLlamaLambAccumulationCheckpointing) {
   expect_resume_exact({"--model", "llama-tiny", "--optimizer", "lamb", "--grad-accum", "2",
                        "--activation-checkpointing", "alternate"},

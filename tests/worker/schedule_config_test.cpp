@@ -73,5 +73,30 @@ TEST(TrainConfig, ValidationNamesTheFlag) {
   EXPECT_THROW(parse_precision("fp8"), InputError);
 }
 
+// --moments: parsed, refused for another optimizer, kept in the json, and part of the settings
+// per-step workers check (they step one gradient, so their moments must be alike), not DiLoCo's.
+TEST(TrainConfig, MomentsAreCheckedWhereReplicasShareThem) {
+  EXPECT_EQ(parse_moments("int8"), MomentStorage::int8);
+  EXPECT_THROW(parse_moments("int4"), InputError);
+  TrainConfig c;
+  c.data_dir = "d";
+  c.moments = MomentStorage::int8;
+  c.validate();
+  EXPECT_EQ(TrainConfig::from_json(c.to_json(), "test").moments, MomentStorage::int8);
+  TrainConfig fp32 = c;
+  fp32.moments = MomentStorage::fp32;
+  EXPECT_NE(describe_sync(c), describe_sync(fp32));
+  EXPECT_EQ(describe_sync(fp32), "gradient");
+  c.sync = fp32.sync = SyncMode::diloco;
+  EXPECT_EQ(describe_sync(c), describe_sync(fp32));
+  c.optimizer = OptimizerKind::lamb;
+  try {
+    c.validate();
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("--moments int8"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace gradbox::worker
