@@ -16,10 +16,12 @@
 // from the next, so m and sqrt(v) are kept to 9%; blocks that span fewer octaves, far better.
 // Where v decodes to 0, m is taken as 0 too: a stale m over a zeroed v would step by m / eps
 // (v's cap being twice m's makes that rare; this makes it impossible). A step decodes a block,
-// updates it in fp32 exactly as adamw_cpu, and encodes it again. Non-finite values are encoded as
-// 0 (an overflowed step is skipped before it reaches the optimizer). Torch-free; the tensor path
-// for other devices is worker/optimizer.cpp's, on the same codes. log2 and exp2 are polynomials
-// good to ~1e-7 (libm's calls made a step 15x fp32 AdamW's), so the loops vectorize.
+// updates it in fp32 as adamw_cpu does, and encodes it again. Non-finite values are encoded as
+// 0 (an overflowed step is skipped before it reaches the optimizer). Torch-free. The kernel's
+// twin for CUDA is adamw_q8.cu (adamw_q8_cuda.h), the same arithmetic from adamw_q8_math.h; the
+// tensor-op path for other devices is worker/optimizer.cpp's, on the same codes. log2 and exp2
+// are polynomials good to ~1e-7 (libm's calls made a step 15x fp32 AdamW's), so the loops
+// vectorize.
 #include <cstdint>
 
 #include "kernels/adamw.h"

@@ -2,11 +2,7 @@
 
 #include <cstring>
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define GB_KERNEL_CLONES __attribute__((target_clones("default", "arch=x86-64-v3")))
-#else
-#define GB_KERNEL_CLONES
-#endif
+#include "kernels/target_clones.h"
 
 namespace gradbox::kernels {
 namespace {

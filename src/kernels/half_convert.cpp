@@ -2,11 +2,7 @@
 
 // Every loop is cloned for x86-64-v3 (AVX2): GCC vectorises the integer selects 8 wide there,
 // 4 wide with plain SSE2. Both clones compute the same bits (integer ops and exact float adds).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define GB_KERNEL_CLONES __attribute__((target_clones("default", "arch=x86-64-v3")))
-#else
-#define GB_KERNEL_CLONES
-#endif
+#include "kernels/target_clones.h"
 
 namespace gradbox::kernels {
 namespace {

@@ -8,6 +8,11 @@
 #include "kernels/adamw.h"
 #include "kernels/adamw_q8.h"
 #include "kernels/lamb.h"
+#if GRADBOX_CUDA_KERNELS
+#include <c10/cuda/CUDAStream.h>
+
+#include "kernels/adamw_q8_cuda.h"
+#endif
 #include "kernels/sgd.h"
 
 namespace gradbox::worker {
@@ -75,6 +80,11 @@ Optimizer::Optimizer(FlatParameters& flat, OptimizerHyper hyper, OptimizerBacken
   const bool on_cpu = flat_.params().is_cpu();
   GB_CHECK(on_cpu || backend != OptimizerBackend::fused_cpu, "the fused CPU optimizer needs CPU parameters");
   fused_ = backend == OptimizerBackend::fused_cpu || (backend == OptimizerBackend::automatic && on_cpu);
+#if GRADBOX_CUDA_KERNELS
+  cuda_kernel_ = backend == OptimizerBackend::automatic && flat_.params().is_cuda() &&
+                 hyper_.kind == OptimizerKind::adamw && hyper_.moments == MomentStorage::int8 &&
+                 kernels::adamw_q8_cuda_runs_on(flat_.params().device().index());
+#endif
   if (hyper_.moments == MomentStorage::int8) {
     GB_CHECK(hyper_.kind == OptimizerKind::adamw, "int8 moments are AdamW's only");
     const auto options = flat_.params().options();
@@ -98,8 +108,10 @@ void Optimizer::step(double lr, double weight_decay, double grad_scale) {
   } else if (hyper_.kind == OptimizerKind::lamb) {
     fused_ ? lamb_cpu(lr, weight_decay, grad_scale) : lamb_tensor_ops(lr, weight_decay, grad_scale);
   } else if (hyper_.moments == MomentStorage::int8) {
-    fused_ ? adamw_q8_cpu(static_cast<float>(lr), static_cast<float>(weight_decay), static_cast<float>(grad_scale))
-           : adamw_q8_tensor_ops(lr, weight_decay, grad_scale);
+    const auto f = [](double x) { return static_cast<float>(x); };
+    if (fused_) adamw_q8_cpu(f(lr), f(weight_decay), f(grad_scale));
+    else if (cuda_kernel_) adamw_q8_cuda(f(lr), f(weight_decay), f(grad_scale));
+    else adamw_q8_tensor_ops(lr, weight_decay, grad_scale);
   } else if (fused_) {
     adamw_cpu(static_cast<float>(lr), static_cast<float>(weight_decay), static_cast<float>(grad_scale));
   } else {
@@ -217,9 +229,7 @@ int64_t Optimizer::moment_bytes() const {
   return 2 * flat_.numel() + 16 * blocks_of(flat_.numel());
 }
 
-void Optimizer::adamw_q8_cpu(float lr, float weight_decay, float grad_scale) {
-  float* param = flat_.params().data_ptr<float>();
-  const float* grad = flat_.grads().data_ptr<float>();
+kernels::AdamWStep Optimizer::adamw_step(float lr, float weight_decay, float grad_scale) const {
   kernels::AdamWStep s;
   s.lr = lr;
   s.beta1 = static_cast<float>(hyper_.beta1);
@@ -228,6 +238,13 @@ void Optimizer::adamw_q8_cpu(float lr, float weight_decay, float grad_scale) {
   s.grad_scale = grad_scale;
   s.weight_decay = weight_decay;
   s.step = step_;
+  return s;
+}
+
+void Optimizer::adamw_q8_cpu(float lr, float weight_decay, float grad_scale) {
+  float* param = flat_.params().data_ptr<float>();
+  const float* grad = flat_.grads().data_ptr<float>();
+  const kernels::AdamWStep s = adamw_step(lr, weight_decay, grad_scale);
   const int64_t n = flat_.numel(), decay_end = flat_.decay_numel();
   auto moment = [](Q8State& q, int64_t begin) {
     return kernels::Q8Moment{q.codes.data_ptr<uint8_t>() + begin, q.lo.data_ptr<float>() + begin / kQ8Block,
@@ -239,6 +256,20 @@ void Optimizer::adamw_q8_cpu(float lr, float weight_decay, float grad_scale) {
     kernels::adamw_q8_cpu(param + begin, grad + begin, moment(m_q8_, begin), moment(v_q8_, begin), end - begin,
                           decay_end - begin, s);
   });
+}
+
+void Optimizer::adamw_q8_cuda(float lr, float weight_decay, float grad_scale) {
+#if GRADBOX_CUDA_KERNELS
+  const kernels::AdamWStep s = adamw_step(lr, weight_decay, grad_scale);
+  auto moment = [](Q8State& q) {
+    return kernels::Q8Moment{q.codes.data_ptr<uint8_t>(), q.lo.data_ptr<float>(), q.hi.data_ptr<float>()};
+  };
+  kernels::adamw_q8_cuda(flat_.params().data_ptr<float>(), flat_.grads().data_ptr<float>(), moment(m_q8_),
+                         moment(v_q8_), flat_.numel(), flat_.decay_numel(), s, flat_.params().device().index(),
+                         c10::cuda::getCurrentCUDAStream(flat_.params().device().index()).stream());
+#else
+  GB_CHECK(false, "adamw_q8_cuda: built without the CUDA kernels");
+#endif
 }
 
 void Optimizer::adamw_q8_tensor_ops(double lr, double weight_decay, double grad_scale) {
@@ -290,13 +321,7 @@ void Optimizer::adamw_cpu(float lr, float weight_decay, float grad_scale) {
   const float* grad = flat_.grads().data_ptr<float>();
   float* m = exp_avg_.data_ptr<float>();
   float* v = exp_avg_sq_.data_ptr<float>();
-  kernels::AdamWStep s;
-  s.lr = lr;
-  s.beta1 = static_cast<float>(hyper_.beta1);
-  s.beta2 = static_cast<float>(hyper_.beta2);
-  s.eps = static_cast<float>(hyper_.eps);
-  s.grad_scale = grad_scale;
-  s.step = step_;
+  const kernels::AdamWStep s = adamw_step(lr, 0.f, grad_scale);  // the decay per task, below
   const int64_t decay_end = flat_.decay_numel();
   at::parallel_for(0, flat_.numel(), kGrain, [&](int64_t begin, int64_t end) {
     // A task may straddle the decay boundary: split it there.

@@ -17,6 +17,8 @@ namespace gradbox::worker {
 
 // fused_cpu: src/kernels loops on thread-parallel ranges (CPU tensors only).
 // tensor_ops: whole-buffer LibTorch ops, for GPUs; also the reference the fused path is tested against.
+// automatic: fused_cpu on the CPU; on CUDA, int8 moments take the fused CUDA kernel where it was
+// built (GRADBOX_CUDA_KERNELS), everything else tensor_ops.
 enum class OptimizerBackend { automatic, fused_cpu, tensor_ops };
 
 struct OptimizerHyper {
@@ -63,17 +65,20 @@ class Optimizer {
   int64_t moment_bytes() const;
 
  private:
+  kernels::AdamWStep adamw_step(float lr, float weight_decay, float grad_scale) const;  // this step's scalars
   void sgd(double lr, double weight_decay, double grad_scale);  // no state; for exactness checks
   void adamw_cpu(float lr, float weight_decay, float grad_scale);
   void adamw_tensor_ops(double lr, double weight_decay, double grad_scale);
   void adamw_q8_cpu(float lr, float weight_decay, float grad_scale);
   void adamw_q8_tensor_ops(double lr, double weight_decay, double grad_scale);
+  void adamw_q8_cuda(float lr, float weight_decay, float grad_scale);
   void lamb_cpu(double lr, double weight_decay, double grad_scale);
   void lamb_tensor_ops(double lr, double weight_decay, double grad_scale);
 
   FlatParameters& flat_;
   OptimizerHyper hyper_;
   bool fused_ = false;
+  bool cuda_kernel_ = false;  // int8 moments on CUDA with the fused kernel (kernels/adamw_q8_cuda.h)
   torch::Tensor exp_avg_;     // fp32 storage
   torch::Tensor exp_avg_sq_;
   // int8 storage (Note [8-bit moments]): codes (uint8, one a parameter) and per-block log2
