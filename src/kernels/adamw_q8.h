@@ -45,6 +45,9 @@ inline constexpr float kQ8FloorSlack = 1e-5f;
 // How far below a block's largest magnitude its range reaches, in octaves (see the Note).
 inline constexpr float q8_octaves(Q8Sign sign) { return sign == Q8Sign::signed_values ? 32.f : 64.f; }
 
+// Bytes of both moments of n parameters: a code each, and a range (lo, hi) per block, for m and v.
+inline constexpr int64_t q8_moment_bytes(int64_t n) { return 2 * n + 16 * ((n + kQ8Block - 1) / kQ8Block); }
+
 // values[0, n) -> codes and block ranges; n <= kQ8Block (one block).
 void q8_encode_block(const float* values, int64_t n, Q8Sign sign, uint8_t* codes, float* lo, float* hi);
 // codes -> values; the inverse up to the level's rounding.

@@ -1,8 +1,7 @@
 #include "worker/curriculum.h"
 
-#include <exception>
-
 #include "common/error.h"
+#include "common/whole_number.h"
 
 namespace gradbox::worker {
 namespace {
@@ -19,16 +18,10 @@ std::vector<std::string> split(const std::string& text, char separator) {
 }
 
 int64_t number(const std::string& text, const std::string& spec, const std::string& stage) {
-  size_t used = 0;
-  int64_t value = 0;
-  try {
-    value = std::stoll(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  GB_REQUIRE(!text.empty() && used == text.size(), "--curriculum ", spec, ": stage '", stage, "': '", text,
+  const std::optional<int64_t> value = parse_whole_number(text);
+  GB_REQUIRE(value.has_value(), "--curriculum ", spec, ": stage '", stage, "': '", text,
              "' is not a whole number (stages are STEP:BLOCK or STEP:BLOCK:ACCUM)");
-  return value;
+  return *value;
 }
 
 }  // namespace

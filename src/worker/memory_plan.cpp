@@ -1,9 +1,9 @@
 #include "worker/memory_plan.h"
 
-#include <cmath>
 #include <cstdio>
 
 #include "common/error.h"
+#include "kernels/adamw_q8.h"
 
 namespace gradbox::worker {
 namespace {
@@ -36,7 +36,8 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   add("parameters (fp32 master)", 4 * p);
   add("gradients (fp32, flat)", 4 * p);
   if (in.optimizer != OptimizerKind::sgd && in.moments == MomentStorage::int8)
-    add("optimizer moments (2 x int8, a range per 256)", 2 * p + 16 * std::ceil(p / 256));
+    add("optimizer moments (2 x int8, a range per 256)",
+        static_cast<double>(kernels::q8_moment_bytes(in.model.parameter_count())));
   else
     add(in.optimizer == OptimizerKind::sgd ? "optimizer state (none)" : "optimizer moments (2 x fp32)",
         in.optimizer == OptimizerKind::sgd ? 0 : 8 * p);

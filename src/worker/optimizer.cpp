@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "kernels/adamw.h"
 #include "kernels/adamw_q8.h"
+#include "kernels/adamw_q8_math.h"
 #include "kernels/lamb.h"
 #if GRADBOX_CUDA_KERNELS
 #include <c10/cuda/CUDAStream.h>
@@ -21,14 +22,14 @@ namespace {
 // Elements per task: large enough that scheduling is noise, small enough to split 1M params.
 constexpr int64_t kGrain = 1 << 15;
 
-// Note [8-bit moments] with tensor ops (GPUs; the fused kernel's reference in tests): a chunk
-// at a time, so that the fp32 temporaries stay small beside the codes.
+// Note [8-bit moments] with tensor ops (CUDA where its kernel was not built, and the fused
+// kernels' reference in tests): a chunk at a time, so that the fp32 temporaries stay small
+// beside the codes.
 constexpr int64_t kQ8Block = kernels::kQ8Block;
 constexpr int64_t kQ8Chunk = int64_t{1} << 22;  // a multiple of kQ8Block
 
 int64_t blocks_of(int64_t n) { return (n + kQ8Block - 1) / kQ8Block; }
 
-int q8_top(kernels::Q8Sign sign) { return sign == kernels::Q8Sign::signed_values ? 127 : 255; }
 
 // values [len] -> (blocks, kQ8Block), the last block padded with zeros (they encode as 0).
 torch::Tensor as_blocks(const torch::Tensor& values) {
@@ -45,7 +46,7 @@ torch::Tensor q8_decode_range(const torch::Tensor& codes, const torch::Tensor& l
   const torch::Tensor c = as_blocks(codes.narrow(0, begin, len).to(torch::kInt32));
   const torch::Tensor level = sign == kernels::Q8Sign::signed_values ? c.bitwise_and(0x7f) : c;
   const torch::Tensor l = lo.narrow(0, first, nb).unsqueeze(1), h = hi.narrow(0, first, nb).unsqueeze(1);
-  const torch::Tensor step = (h - l) / static_cast<double>(q8_top(sign) - 1);
+  const torch::Tensor step = (h - l) / static_cast<double>(kernels::q8::levels(sign) - 1);
   torch::Tensor a = torch::where(level > 0, torch::exp2(l + (level - 1).to(torch::kFloat32) * step),
                                  torch::zeros({}, l.options()));
   if (sign == kernels::Q8Sign::signed_values) a = torch::where(c.bitwise_and(0x80) > 0, -a, a);
@@ -55,7 +56,7 @@ torch::Tensor q8_decode_range(const torch::Tensor& codes, const torch::Tensor& l
 void q8_encode_range(const torch::Tensor& values, torch::Tensor& codes, torch::Tensor& lo, torch::Tensor& hi,
                      int64_t begin, kernels::Q8Sign sign) {
   const int64_t len = values.numel(), first = begin / kQ8Block, nb = blocks_of(len);
-  const int top = q8_top(sign);
+  const int top = kernels::q8::levels(sign);
   const torch::Tensor x = as_blocks(values);
   const torch::Tensor a = x.abs();
   const torch::Tensor nz = (a > 0).logical_and(torch::isfinite(a));
@@ -226,7 +227,7 @@ torch::Tensor& Optimizer::exp_avg_sq() {
 int64_t Optimizer::moment_bytes() const {
   if (hyper_.kind == OptimizerKind::sgd) return 0;
   if (hyper_.moments == MomentStorage::fp32) return 8 * flat_.numel();
-  return 2 * flat_.numel() + 16 * blocks_of(flat_.numel());
+  return kernels::q8_moment_bytes(flat_.numel());
 }
 
 kernels::AdamWStep Optimizer::adamw_step(float lr, float weight_decay, float grad_scale) const {

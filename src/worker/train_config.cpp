@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "common/error.h"
+#include "common/whole_number.h"
 #include "worker/curriculum.h"
 
 namespace gradbox::worker {
@@ -155,15 +156,9 @@ std::vector<int64_t> parse_step_list(const std::string& text) {
   while (at < text.size()) {
     const size_t comma = std::min(text.find(',', at), text.size());
     const std::string item = text.substr(at, comma - at);
-    size_t used = 0;
-    int64_t step = 0;
-    try {
-      step = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    GB_REQUIRE(!item.empty() && used == item.size(), "--inject-spike-steps ", text, ": '", item, "' is not a step number");
-    steps.push_back(step);
+    const std::optional<int64_t> step = parse_whole_number(item);
+    GB_REQUIRE(step.has_value(), "--inject-spike-steps ", text, ": '", item, "' is not a step number");
+    steps.push_back(*step);
     at = comma + 1;
   }
   return steps;
