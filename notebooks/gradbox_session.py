@@ -66,6 +66,33 @@ def one_per_gpu(session, gpus):
             for i in range(gpus)]
 
 
+def run_secret(name="GRADBOX_RUN_SECRET"):
+    """The run secret that signs every file of the run (Note [Signed files]): from this process's
+    environment, else the platform's secret store under `name` (Colab: the key icon, Secrets;
+    Kaggle: Add-ons, Secrets), else None (an unsigned run). `gradbox secret` makes one; every
+    member of a run needs the same. Put in the environment, the workers started here take it."""
+    secret = os.environ.get("GRADBOX_RUN_SECRET")
+    if not secret:
+        try:
+            from google.colab import userdata  # Colab
+            secret = userdata.get(name)
+        except Exception:  # not Colab, or no such secret, or not granted to this notebook
+            pass
+    if not secret:
+        try:
+            from kaggle_secrets import UserSecretsClient  # Kaggle
+            secret = UserSecretsClient().get_secret(name)
+        except Exception:
+            pass
+    if secret:
+        os.environ["GRADBOX_RUN_SECRET"] = secret.strip()
+        log(f"run secret from {name}: every file is signed")
+        return secret.strip()
+    log(f"UNSIGNED RUN: no secret {name} in this platform's secrets; anyone who can write to the run's folder "
+        "can inject into it. Make one with `gradbox secret` and give every session the same.")
+    return None
+
+
 def is_remote(path):
     """An rclone remote "name:path" (not a local path that happens to hold a colon)."""
     head = path.split("/", 1)[0]

@@ -51,6 +51,7 @@ EXTRA_ARGS = []              # more `gradbox train` flags, e.g. ["--round-second
 WATCH_ROUNDS = 0             # the progress cell returns after this many rounds trained (0: when the worker ends)
 WATCH_HOURS = 12
 REFRESH_SECONDS = 15
+RUN_SECRET = "GRADBOX_RUN_SECRET"  # the platform secret holding the run secret (`gradbox secret`); none: unsigned
 GRADBOX_REPO = "https://github.com/gradbox/gradbox.git"
 GRADBOX_REF = "main"
 ON_PLATFORM = True           # False only off {platform} (the tests): skips what needs {platform_needs}
@@ -113,6 +114,7 @@ os.makedirs(LOCAL_DIR, exist_ok=True)
 if not gb.is_remote(run_folder):
     os.makedirs(os.path.dirname(run_folder), exist_ok=True)
 {gpus}
+gb.run_secret(RUN_SECRET)  # signs every file the workers write; every member needs the same
 print(f"run {{run_folder}}: worker(s)", ", ".join(s.worker for s in sessions))
 """
 

@@ -28,7 +28,7 @@ APT_PACKAGES=(
   cmake ninja-build g++ pkg-config python3 python3-venv
   libboost-filesystem-dev libboost-context-dev libzstd-dev libxxhash-dev libpcre2-dev
   libprotobuf-dev protobuf-compiler libspdlog-dev libfmt-dev
-  libcli11-dev nlohmann-json3-dev libsentencepiece-dev rclone
+  libcli11-dev nlohmann-json3-dev libsentencepiece-dev libssl-dev rclone
 )
 ((TESTS)) && APT_PACKAGES+=(libgtest-dev fortunes fortunes-ru bible-kjv bible-kjv-text)
 # torch 2.15.0's Linux wheel is built for CUDA 13, the toolkit these machines carry; on a

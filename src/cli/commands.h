@@ -13,5 +13,6 @@ void add_import_command(CLI::App& app);
 void add_status_command(CLI::App& app);
 void add_simulate_command(CLI::App& app);
 void add_plot_command(CLI::App& app);
+void add_secret_command(CLI::App& app);
 
 }  // namespace gradbox::cli

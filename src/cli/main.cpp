@@ -50,6 +50,7 @@ int main(int argc, char** argv) {
   gradbox::cli::add_status_command(app);
   gradbox::cli::add_simulate_command(app);
   gradbox::cli::add_plot_command(app);
+  gradbox::cli::add_secret_command(app);
   // Listed for --help only: main() hands `gradbox sync ...` to gradbox-sync before parsing.
   app.add_subcommand("sync", "Mirror a shared folder for one worker (runs gradbox-sync; see gradbox sync --help)");
 

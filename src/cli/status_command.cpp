@@ -1,5 +1,6 @@
 // gradbox status: who is in a run and how it goes, read from the shared folder's heartbeats.
 #include "cli/commands.h"
+#include "common/error.h"
 #include "exchange/run_status.h"
 #include "mirror/clock.h"
 #include "transport/network_status.h"
@@ -17,11 +18,16 @@ void add_status_command(CLI::App& app) {
   cmd->add_option("--local", *local, "A worker's local folder, to list its syncer's quarantined files");
   cmd->add_option("--stale-after", *stale_after, "Seconds without a heartbeat before a worker counts as stale")
       ->capture_default_str();
+  auto cap_gb = std::make_shared<double>(static_cast<double>(exchange::kDailyUploadCap) / 1e9);
+  cmd->add_option("--upload-cap-gb", *cap_gb, "Each worker's daily upload cap, GB (Drive: 750 per account)")
+      ->capture_default_str();
   auto c10d_store = std::make_shared<std::string>();
   cmd->add_option("--c10d-store", *c10d_store,
                   "A hybrid group's --c10d-store folder, to show its group (--transport c10d: <shared>/c10d, shown anyway)");
-  cmd->callback([shared, local, stale_after, c10d_store] {
-    std::cout << exchange::format_run_status(exchange::read_run_status(*shared, *stale_after, *local));
+  cmd->callback([shared, local, stale_after, c10d_store, cap_gb] {
+    GB_REQUIRE(*cap_gb > 0, "--upload-cap-gb ", *cap_gb, ": must be positive");
+    std::cout << exchange::format_run_status(
+        exchange::read_run_status(*shared, *stale_after, *local, static_cast<uint64_t>(*cap_gb * 1e9)));
     const int64_t now = mirror::system_clock().unix_ms();
     std::cout << transport::format_network_status(std::filesystem::path(*shared) / "c10d", now);
     if (!c10d_store->empty()) std::cout << transport::format_network_status(*c10d_store, now);

@@ -3,6 +3,7 @@
 // boundary with a checkpoint, so the same command resumes it.
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <set>
 #include <sstream>
@@ -18,6 +19,7 @@
 #include "worker/memory_plan.h"
 #include "worker/sidecar.h"
 #include "worker/trainer.h"
+#include "wire/file_mac.h"
 
 namespace gradbox::cli {
 namespace {
@@ -74,6 +76,7 @@ struct SharedFlags {
   std::string worker;
   std::string peers;   // the founding workers' names, comma-separated (empty: this one)
   std::string run_id;
+  std::string run_secret_file;  // empty: $GRADBOX_RUN_SECRET, else an unsigned run
   std::string pattern = "all-gather";
   std::string codec = "fp16";
   int zstd_level = 1;
@@ -90,6 +93,8 @@ struct SharedFlags {
   double give_up_timeout = 900;
   int64_t fingerprint_interval = 10;
   int64_t gc_window = 8;
+  double max_norm_ratio = 10;
+  double upload_cap_gb = 750;
   std::string syncer = "auto";  // auto: start gradbox-sync as a sidecar; none: run it yourself
   std::string sync_backend = "mounted";
   std::string sync_args;        // extra gradbox-sync flags, space-separated (simulator settings)
@@ -125,6 +130,16 @@ void add_shared_flags(CLI::App* cmd, SharedFlags& f) {
   cmd->add_option("--peers", f.peers,
                   "Founding workers of a new run, comma-separated (default: this one); ignored when joining a running one");
   cmd->add_option("--run-id", f.run_id, "Run identity carried by every file (default: the shared folder's name)");
+  cmd->add_option("--max-norm-ratio", f.max_norm_ratio,
+                  "Owners leave out a contribution whose norm exceeds this many times the median's (0: off); "
+                  "non-finite values are always left out")
+      ->capture_default_str();
+  cmd->add_option("--upload-cap-gb", f.upload_cap_gb,
+                  "This worker's upload allowance per 24 h, GB (Drive: 750 per account); warned as it nears it")
+      ->capture_default_str();
+  cmd->add_option("--run-secret-file", f.run_secret_file,
+                  "The run secret every member shares, which signs every file (default: $GRADBOX_RUN_SECRET; "
+                  "none: an unsigned run anyone with write access can inject into; `gradbox secret` makes one)");
   cmd->add_option("--exchange", f.pattern, "all-gather (everyone downloads everything) or sharded (owners reduce slices)")
       ->capture_default_str();
   cmd->add_option("--codec", f.codec, "Gradient codec: fp32, fp16, bf16, int8 or int4 (+zstd)")->capture_default_str();
@@ -193,6 +208,31 @@ void add_shared_flags(CLI::App* cmd, SharedFlags& f) {
     if (option->get_expected_min() > 0) take_last(option);
 }
 
+// Note [Signed files] in wire/file_mac.h. The secret must stay out of the shared folder: anyone
+// who can read the folder could then sign.
+std::shared_ptr<const wire::FileMac> run_mac(const SharedFlags& f) {
+  std::optional<std::filesystem::path> file;
+  if (!f.run_secret_file.empty()) {
+    file = f.run_secret_file;
+    const std::string shared = f.shared.substr(f.shared.find(':') == std::string::npos ? 0 : f.shared.find(':') + 1);
+    std::error_code ec;
+    const std::filesystem::path secret = std::filesystem::weakly_canonical(*file, ec);
+    const std::filesystem::path folder = std::filesystem::weakly_canonical(shared, ec);
+    const auto [end, _] = std::mismatch(folder.begin(), folder.end(), secret.begin(), secret.end());
+    GB_REQUIRE(f.shared.find(':') != std::string::npos || folder.empty() || end != folder.end(), "--run-secret-file ", f.run_secret_file,
+               ": lies in the shared folder ", f.shared, ", where everyone who can read it could sign; keep it outside");
+  }
+  std::optional<wire::RunSecret> secret = wire::RunSecret::find(file);
+  if (!secret) {
+    log::Logger("train").warn(str("UNSIGNED RUN: without a run secret anyone who can write to ", f.shared,
+                                  " can inject gradients into this run. Give every worker the same "
+                                  "--run-secret-file or $", wire::RunSecret::kEnvironmentVariable,
+                                  " (`gradbox secret` makes one)"));
+    return nullptr;
+  }
+  return std::make_shared<const wire::FileMac>(*secret);
+}
+
 exchange::FolderExchangeConfig exchange_config(const SharedFlags& f, const worker::TrainConfig& train,
                                                worker::Trainer& trainer, const std::filesystem::path& local) {
   exchange::FolderExchangeConfig c;
@@ -203,6 +243,7 @@ exchange::FolderExchangeConfig exchange_config(const SharedFlags& f, const worke
   c.model_config_json = trainer.model().config().to_json().dump();
   c.train_config_json = train.to_json().dump();
   c.worker = f.worker;
+  c.file_mac = run_mac(f);
   c.members = split(f.peers, ',');
   c.local_dir = local;
   c.pattern = exchange::parse_pattern(f.pattern);
@@ -227,6 +268,11 @@ exchange::FolderExchangeConfig exchange_config(const SharedFlags& f, const worke
   c.give_up_timeout_s = f.give_up_timeout;
   c.fingerprint_interval = f.fingerprint_interval;
   c.gc_window = f.gc_window;
+  GB_REQUIRE(f.max_norm_ratio == 0 || f.max_norm_ratio >= 1, "--max-norm-ratio ", f.max_norm_ratio,
+             ": 0 (off) or at least 1 (a contribution's norm may be that many times the median's)");
+  c.max_norm_ratio = f.max_norm_ratio;
+  GB_REQUIRE(f.upload_cap_gb > 0, "--upload-cap-gb ", f.upload_cap_gb, ": must be positive");
+  c.upload_cap_bytes = static_cast<uint64_t>(f.upload_cap_gb * 1e9);
   c.sync = worker::describe_sync(train);
   c.late_entry = train.sync == worker::SyncMode::diloco && train.round_seconds > 0;  // Note [Late entry]
   // Note [Overlapped time-boxed rounds] in exchange/folder_exchange.h.
@@ -316,7 +362,7 @@ void group_train_flags(CLI::App* cmd) {
        {"--eval-interval", "--eval-batches", "--thermometer-interval", "--checkpoint-interval", "--keep-checkpoints", "--log-interval",
         "--stop-at-step"}},
       {"Many workers: a shared folder",
-       {"--shared", "--local", "--worker", "--peers", "--run-id", "--exchange", "--codec", "--zstd-level", "--shards",
+       {"--shared", "--local", "--worker", "--peers", "--run-id", "--run-secret-file", "--max-norm-ratio", "--upload-cap-gb", "--exchange", "--codec", "--zstd-level", "--shards",
         "--overlap"}},
       {"Network transport", {"--transport", "--c10d-backend", "--c10d-dtype", "--c10d-interface", "--c10d-timeout",
                              "--c10d-stale-after", "--c10d-regroup-window", "--c10d-join-window",

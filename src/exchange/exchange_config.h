@@ -4,10 +4,12 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "codec/codec.h"
+#include "wire/file_mac.h"
 
 namespace gradbox::exchange {
 
@@ -21,6 +23,16 @@ struct FolderExchangeConfig {
   std::string model_config_json;  // published in run/config-<worker>-<token>.gbx for peers to check
   std::string train_config_json;
   std::string worker;
+  // The run secret's MAC (Note [Signed files] in wire/file_mac.h): every file this worker writes
+  // is tagged and every file it reads must carry a valid tag. Null: an unsigned run.
+  std::shared_ptr<const wire::FileMac> file_mac;
+  // An owner leaves out a contribution whose norm is above this many times the lower median of
+  // the shard's (0: compares no norms; non-finite values are always refused). Note [Checked
+  // contributions] in exchange/contribution_check.h.
+  double max_norm_ratio = 10.0;
+  // This worker's upload allowance per 24 hours (Drive: 750 GB per account); publishing warns as
+  // the last day's uploads near it and when they reach it.
+  uint64_t upload_cap_bytes = 750ull * 1000 * 1000 * 1000;
   // The founding members (the whole first view when the run is new); empty: this worker alone.
   // Later views come from the agreements (Note [Elastic membership]).
   std::vector<std::string> members;

@@ -21,7 +21,10 @@ nlohmann::json ExchangeStats::to_json() const {
           {"failovers", failovers},
           {"late_agreements_seen", late_agreements_seen},
           {"rejected_files", rejected_files},
+          {"unsigned_or_forged_files", unsigned_or_forged_files},
+          {"upload_cap_warnings", upload_cap_warnings},
           {"contributions_left_out", contributions_left_out},
+          {"contributions_refused", contributions_refused},
           {"fingerprints_checked", fingerprints_checked},
           {"fingerprint_mismatches", fingerprint_mismatches},
           {"config_mismatches", config_mismatches},
@@ -95,11 +98,41 @@ wire::FileHeader ExchangeContext::new_header() {
   return header;
 }
 
+void ExchangeContext::frame_into(const std::string& rel, wire::FileHeader header, std::string_view payload,
+                                 std::string& out) const {
+  wire::frame_into(std::move(header), payload, out, key(rel));
+}
+
+std::string ExchangeContext::frame(const std::string& rel, wire::FileHeader header, std::string_view payload) const {
+  std::string out;
+  frame_into(rel, std::move(header), payload, out);
+  return out;
+}
+
 void ExchangeContext::publish(const std::string& rel, const std::string& bytes) {
   mirror.publish(rel, bytes);
   stats.bytes_written += bytes.size();
   if (rel.starts_with(kRoundsDirPrefix)) stats.round_bytes_written += bytes.size();
   uploads_.emplace_back(clock.unix_ms(), bytes.size());
+  check_upload_cap();
+}
+
+// One warning as the last day's uploads pass kUploadWarnFraction of the cap, one error at the
+// cap, each again only after the uploads fell well below it.
+void ExchangeContext::check_upload_cap() {
+  const double cap = static_cast<double>(config.upload_cap_bytes);
+  if (cap <= 0) return;
+  const double used = static_cast<double>(bytes_published_last_day()) / cap;
+  const int level = used >= 1.0 ? 2 : used >= kUploadWarnFraction ? 1 : 0;
+  if (level > upload_warning_level_) {
+    ++stats.upload_cap_warnings;
+    const std::string what = str("uploaded ", static_cast<double>(bytes_published_last_day()) / 1e9, " GB in the last 24 h, ",
+                                 static_cast<int>(100 * used), "% of --upload-cap-gb ", cap / 1e9);
+    if (level == 2) log().error(what + ": Drive refuses this account's uploads past its daily cap; use a slower "
+                                       "rate (longer DiLoCo rounds, a smaller codec) or another account");
+    else log().warn(what + ": `gradbox status` says when it reaches the cap at this rate");
+  }
+  if (level > upload_warning_level_ || used < kUploadWarnFraction - 0.1) upload_warning_level_ = level;
 }
 
 uint64_t ExchangeContext::bytes_published_last_day() {
@@ -120,13 +153,14 @@ std::optional<wire::WireFile> ExchangeContext::read_checked(const std::string& r
   }
   try {
     const size_t size = bytes.size();
-    wire::WireFile file = wire::parse(std::move(bytes), mirror.where(rel));
+    wire::WireFile file = wire::parse(std::move(bytes), mirror.where(rel), key(rel));
     wire::check_identity(file.header, config.run_id, config.model_fingerprint, mirror.where(rel));
     stats.bytes_read += size;
     if (rel.starts_with(kRoundsDirPrefix)) count_round_read(rel, size);
     return file;
   } catch (const std::exception& e) {
     buffers.give(std::move(bytes));  // parse takes the bytes over only when they check out
+    if (dynamic_cast<const wire::SignatureError*>(&e) && !rejected(rel)) ++stats.unsigned_or_forged_files;
     reject(rel, e.what());
     return std::nullopt;
   }

@@ -36,7 +36,10 @@ struct ExchangeStats {
   uint64_t failovers = 0;
   uint64_t late_agreements_seen = 0;  // a higher epoch won over this replica's view: logged
   uint64_t rejected_files = 0;
+  uint64_t unsigned_or_forged_files = 0;  // of those, files whose MAC tag was missing or wrong
+  uint64_t upload_cap_warnings = 0;       // the last day's uploads neared or reached --upload-cap-gb
   uint64_t contributions_left_out = 0;
+  uint64_t contributions_refused = 0;  // left out by an agreement for their values (Note [Checked contributions])
   uint64_t fingerprints_checked = 0;
   uint64_t fingerprint_mismatches = 0;
   uint64_t config_mismatches = 0;
@@ -94,6 +97,13 @@ class BufferPool {
   std::vector<std::string> spare_;  // by capacity, largest last
 };
 
+// Gives `bytes` back to `pool` when the scope ends, however it ends.
+struct BufferReturn {
+  BufferPool& pool;
+  std::string& bytes;
+  ~BufferReturn() { pool.give(std::move(bytes)); }
+};
+
 class ExchangeContext {
  public:
   ExchangeContext(FolderExchangeConfig config, mirror::Mirror& mirror, mirror::Clock& clock);
@@ -106,8 +116,13 @@ class ExchangeContext {
   BufferPool buffers;
 
   const log::Logger& log() const { return logger_; }  // "exchange <worker>": many share a simulation
-  FileIdentity identity() const { return FileIdentity{config.run_id, config.model_fingerprint}; }
+  FileIdentity identity() const { return FileIdentity{config.run_id, config.model_fingerprint, config.file_mac}; }
   wire::FileHeader new_header();
+  // Frames a file to be published under rel: tagged in a signed run (Note [Signed files]).
+  void frame_into(const std::string& rel, wire::FileHeader header, std::string_view payload, std::string& out) const;
+  std::string frame(const std::string& rel, wire::FileHeader header, std::string_view payload = {}) const;
+  // What a file under rel is checked with.
+  wire::FileKey key(std::string_view rel) const { return wire::FileKey{config.file_mac.get(), rel}; }
   // Publishes a framed file (write-once), counting its bytes for the daily-upload report.
   void publish(const std::string& rel, const std::string& bytes);
   uint64_t bytes_published_last_day();
@@ -135,6 +150,9 @@ class ExchangeContext {
  private:
   log::Logger logger_;
   std::deque<std::pair<int64_t, uint64_t>> uploads_;  // (unix ms, bytes) of the last 24 h
+  int upload_warning_level_ = 0;  // 0, 1 (past kUploadWarnFraction of the cap), 2 (at the cap)
+  static constexpr double kUploadWarnFraction = 0.8;
+  void check_upload_cap();
   std::set<std::string> rejected_;
   // Round files already counted in round_bytes_read (a contribution is read to check it, then
   // to decode it), by round folder; only the newest kRoundsCounted folders are kept.

@@ -104,7 +104,8 @@ struct Source {
 // that its names are safe to use. Throws (wire::WireError or InputError) naming `origin`.
 wire::FileHeader parse_manifest(std::string_view bytes, const std::string& origin, const std::string& dir_rel,
                                 const FileIdentity& identity) {
-  wire::WireFile file = wire::parse(bytes, origin);
+  const std::string rel = join(dir_rel, kCheckpointManifestName);
+  wire::WireFile file = wire::parse(bytes, origin, wire::FileKey{identity.mac.get(), rel});
   wire::check_identity(file.header, identity.run_id, identity.model_fingerprint, origin);
   GB_REQUIRE(file.header.has_checkpoint_manifest(), origin, ": not a checkpoint manifest");
   const wire::CheckpointManifest& m = file.header.checkpoint_manifest();
@@ -126,7 +127,7 @@ wire::WireFile read_part(const Source& source, const std::string& rel, const wir
   std::string bytes = source.read_or_throw(rel);
   wire::WireFile part;
   try {
-    part = wire::parse(std::move(bytes), origin);
+    part = wire::parse(std::move(bytes), origin, wire::FileKey{identity.mac.get(), rel});
     wire::check_identity(part.header, identity.run_id, identity.model_fingerprint, origin);
   } catch (const wire::WireError& e) {
     throw InputError(e.what());  // the caller treats every mismatch alike: try an older checkpoint
@@ -306,7 +307,7 @@ void CheckpointPublisher::start(const fs::path& local_checkpoint, uint64_t step,
       }
       // Other bytes of an interrupted earlier publish that never landed: replaced.
       if (mirror_->published(part_rel)) mirror_->withdraw(part_rel);
-      mirror_->publish(part_rel, wire::frame(std::move(header), slice));
+      mirror_->publish(part_rel, wire::frame(std::move(header), slice, wire::FileKey{identity_.mac.get(), part_rel}));
     }
   }
   logger().info(str("publishing ", pending->dir_rel, ": ", manifest.parts_size(), " parts"));
@@ -331,7 +332,8 @@ bool CheckpointPublisher::poll() {
   wire::FileHeader header = new_header(identity_, *clock_);
   *header.mutable_checkpoint_manifest() = manifest;
   header.mutable_checkpoint_manifest()->set_created_unix_ms(header.created_unix_ms());
-  mirror_->publish(join(pending_->dir_rel, kCheckpointManifestName), wire::frame(std::move(header), ""));
+  const std::string manifest_rel = join(pending_->dir_rel, kCheckpointManifestName);
+  mirror_->publish(manifest_rel, wire::frame(std::move(header), "", wire::FileKey{identity_.mac.get(), manifest_rel}));
   uint64_t bytes = 0;
   for (const wire::CheckpointFile& f : manifest.files()) bytes += f.bytes();
   logger().info(str("published ", pending_->dir_rel, " (", manifest.parts_size(), " parts, ", bytes, " bytes)"));
@@ -344,6 +346,22 @@ bool CheckpointPublisher::busy() const { return pending_ != nullptr; }
 std::optional<uint64_t> CheckpointPublisher::pending_step() const {
   if (!pending_) return std::nullopt;
   return pending_->manifest.step();
+}
+
+FolderCheckpoint read_checkpoint_manifest(std::string_view bytes, const std::string& origin, const std::string& dir_rel,
+                                          const FileIdentity& identity) {
+  const wire::FileHeader header = parse_manifest(bytes, origin, dir_rel, identity);
+  const wire::CheckpointManifest& m = header.checkpoint_manifest();
+  FolderCheckpoint c;
+  c.step = m.step();
+  c.epoch = m.epoch();
+  c.publisher = m.publisher();
+  c.tokens = m.tokens();
+  c.parameters_checksum = m.parameters_checksum();
+  c.dir_rel = dir_rel;
+  for (const wire::CheckpointFile& f : m.files()) c.bytes += f.bytes();
+  c.parts = static_cast<size_t>(m.parts_size());
+  return c;
 }
 
 std::vector<FolderCheckpoint> list_folder_checkpoints(mirror::Mirror& mirror, const FileIdentity& identity,
@@ -373,23 +391,13 @@ std::vector<FolderCheckpoint> list_folder_checkpoints(mirror::Mirror& mirror, co
         continue;
       }
     }
-    wire::FileHeader header;
+    FolderCheckpoint c;
     try {
-      header = parse_manifest(*bytes, mirror.where(manifest_rel), dir_rel, identity);
+      c = read_checkpoint_manifest(*bytes, mirror.where(manifest_rel), dir_rel, identity);
     } catch (const std::exception& e) {
       warn_once(str("checkpoint skipped: ", e.what()));
       continue;
     }
-    const wire::CheckpointManifest& m = header.checkpoint_manifest();
-    FolderCheckpoint c;
-    c.step = m.step();
-    c.epoch = m.epoch();
-    c.publisher = m.publisher();
-    c.tokens = m.tokens();
-    c.parameters_checksum = m.parameters_checksum();
-    c.dir_rel = dir_rel;
-    for (const wire::CheckpointFile& f : m.files()) c.bytes += f.bytes();
-    c.parts = static_cast<size_t>(m.parts_size());
     c.own = own;
     if (cache) listed.by_rel[manifest_rel] = {std::move(*bytes), c};
     found.push_back(std::move(c));

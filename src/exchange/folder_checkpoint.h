@@ -39,10 +39,12 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "mirror/clock.h"
 #include "mirror/mirror.h"
+#include "wire/file_mac.h"
 
 namespace gradbox::exchange {
 
@@ -50,6 +52,7 @@ namespace gradbox::exchange {
 struct FileIdentity {
   std::string run_id;
   uint64_t model_fingerprint = 0;
+  std::shared_ptr<const wire::FileMac> mac;  // a signed run's (Note [Signed files]); null: unsigned
 };
 
 // One manifest found in the folder.
@@ -110,6 +113,11 @@ struct ManifestCache {
   };
   std::map<std::string, Entry> by_rel;
 };
+
+// A manifest's bytes as the listing reads them, from the folder `dir_rel` ("checkpoints/s...-e..-..."):
+// the checkpoint they describe; WireError or InputError naming `origin` for anything else.
+FolderCheckpoint read_checkpoint_manifest(std::string_view bytes, const std::string& origin, const std::string& dir_rel,
+                                          const FileIdentity& identity);
 
 // Manifests the mirror shows from peers (whole and verified) plus this worker's own published
 // ones, newest step first (then lowest epoch, then publisher). Unreadable or foreign manifests

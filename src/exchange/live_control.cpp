@@ -94,7 +94,7 @@ LiveControl LiveControl::parse(const std::string& text, const std::string& origi
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // a syntax error, or a number past a double's range
     throw InputError(str(origin, ": not valid JSON (", e.what(), ")"));
   }
   return from_json(j, origin);

@@ -117,8 +117,10 @@ void Heartbeats::publish(const std::string& state, const Progress& progress) {
   hb->set_tokens(progress.tokens);
   hb->set_incarnation(c.incarnation.id());
   hb->set_started_unix_ms(c.incarnation.started_unix_ms());
+  hb->set_files_rejected(context_.stats.rejected_files);
+  hb->set_unsigned_or_forged_files(context_.stats.unsigned_or_forged_files);
   const std::string name = heartbeat_name(self, sequence, c.incarnation.token(str("hb/", sequence)));
-  context_.publish(name, wire::frame(header, {}));
+  context_.publish(name, context_.frame(name, header));
   if (!last_name_.empty()) context_.mirror.withdraw(last_name_);
   last_name_ = name;
   last_sequence_ = sequence;

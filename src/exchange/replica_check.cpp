@@ -26,8 +26,8 @@ void ReplicaCheck::publish(uint64_t round, const float* params, size_t n, Due wh
   fp->set_round(round);
   fp->set_worker(context_.config.worker);
   fp->set_parameters_checksum(checksum);
-  context_.publish(dir + "/" + fingerprint_name(context_.config.worker, context_.incarnation.token(str("fp/", round))),
-                   wire::frame(header, {}));
+  const std::string rel = dir + "/" + fingerprint_name(context_.config.worker, context_.incarnation.token(str("fp/", round)));
+  context_.publish(rel, context_.frame(rel, header));
 }
 
 bool ReplicaCheck::read_new(uint64_t round, uint64_t own, std::map<std::string, uint64_t>& seen) {

@@ -319,6 +319,13 @@ TokenWeightedSum::Accumulate RoundAgreement::rejecting(const std::string& rel, T
   };
 }
 
+void RoundAgreement::count_refusals(uint32_t k, const google::protobuf::RepeatedPtrField<wire::Refusal>& refused) {
+  for (const wire::Refusal& r : refused) {
+    ++context_.stats.contributions_refused;
+    context_.log().warn(str("round ", round_, " shard ", k, ": the agreement leaves out ", r.worker(), ": ", r.reason()));
+  }
+}
+
 // All-gather: sum exactly the contributions the commit pins, in worker order.
 bool RoundAgreement::apply_commit(uint32_t k, const wire::WireView& file, const std::string& name,
                                   const std::set<std::string>& visible) {
@@ -353,7 +360,10 @@ bool RoundAgreement::apply_commit(uint32_t k, const wire::WireView& file, const 
   for (const Contributor& c : contributors) total += c.tokens;
   shard.skip = total == 0 ||
                std::any_of(contributors.begin(), contributors.end(), [](const Contributor& c) { return c.overflow; });
-  if (shard.skip) return true;
+  if (shard.skip) {
+    count_refusals(k, commit.refused());
+    return true;
+  }
   TokenWeightedSum sum;
   for (const Contributor& c : contributors) {
     if (c.worker == self && c.file == own_files_[k] && c.checksum == own_checksums_[k]) {
@@ -365,11 +375,7 @@ bool RoundAgreement::apply_commit(uint32_t k, const wire::WireView& file, const 
     sum.add(c.worker, c.tokens, [this, part, c, name](float weight, float* out, size_t n) {
       std::optional<wire::WireFile> contribution = context_.read_checked(part, ExchangeContext::Side::own_first);
       if (!contribution) throw wire::WireError(str(part, ": not readable (gone, or rejected)"));
-      struct GiveBack {
-        BufferPool& pool;
-        std::string& bytes;
-        ~GiveBack() { pool.give(std::move(bytes)); }
-      } give_back{context_.buffers, contribution->payload};
+      const BufferReturn give_back{context_.buffers, contribution->payload};
       if (checksum64(contribution->payload.data(), contribution->payload.size()) != c.checksum) {
         context_.reject(part, str(part, ": is not the contribution commit ", name, " names (checksum differs)"));
         throw wire::WireError(str(part, ": checksum differs from the commit's"));
@@ -390,6 +396,7 @@ bool RoundAgreement::apply_commit(uint32_t k, const wire::WireView& file, const 
   } catch (const std::exception&) {
     return false;  // not yet readable, or rejected (logged): try again, or the next agreement
   }
+  count_refusals(k, commit.refused());
   return true;
 }
 
@@ -417,6 +424,7 @@ bool RoundAgreement::apply_reduced(uint32_t k, const wire::WireView& file, const
   shard.contributors = contributors_of(g.contributors());
   shard.skip = g.overflow();
   shard.view = g.view();
+  count_refusals(k, g.refused());
   return true;
 }
 

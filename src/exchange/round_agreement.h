@@ -129,6 +129,8 @@ class RoundAgreement {
   void maybe_publish(uint32_t shard, const std::set<std::string>& visible);
   void request_contributions(uint32_t shard);
   void publish_agreement(uint32_t shard, uint32_t epoch);
+  std::vector<wire::Refusal> refuse_contributions(uint32_t shard, std::vector<Contributor>& contributors);
+  void count_refusals(uint32_t shard, const google::protobuf::RepeatedPtrField<wire::Refusal>& refused);
   TokenWeightedSum::Accumulate rejecting(const std::string& rel, TokenWeightedSum::Accumulate inner);
 
   ExchangeContext& context_;
@@ -158,6 +160,7 @@ class RoundAgreement {
   std::vector<ShardOutcome> shards_;
   std::vector<std::string> own_payloads_;  // buffers kept from round to round
   std::vector<float> reduced_;              // an owner's sum of its shard, kept likewise
+  std::vector<float> decoded_;              // an owner's decoded contribution, to check it
   std::vector<uint64_t> own_checksums_;
   std::vector<std::string> own_files_;
   std::map<std::string, std::string> own_agreements_;  // name -> bytes, until they land

@@ -5,6 +5,7 @@
 
 #include "common/checksum.h"
 #include "common/error.h"
+#include "exchange/contribution_check.h"
 #include "exchange/folder_names.h"
 #include "exchange/round_agreement.h"
 
@@ -103,10 +104,69 @@ void RoundAgreement::publish_contributions() {
     own_checksums_[k] = checksum64(payload.data(), payload.size());
     own_files_[k] = contribution_name(c.worker, k, context_.incarnation.token(str("g/", round_, "/", k)));
     std::string framed = context_.buffers.take(wire::framed_size_hint(payload.size()));
-    wire::frame_into(header, payload, framed);
-    context_.publish(round_dir() + "/" + own_files_[k], framed);
+    const std::string rel = round_dir() + "/" + own_files_[k];
+    context_.frame_into(rel, header, payload, framed);
+    context_.publish(rel, framed);
     context_.buffers.give(std::move(framed));
   }
+}
+
+// Note [Checked contributions] in exchange/contribution_check.h: each contribution that carries
+// tokens is decoded (a sharded owner holds its slices; all-gather reads each again, one at a
+// time) and measured; those the rule refuses leave `contributors` and come back as refusals.
+std::vector<wire::Refusal> RoundAgreement::refuse_contributions(uint32_t k, std::vector<Contributor>& contributors) {
+  const FolderExchangeConfig& c = context_.config;
+  const ShardRange range = shard_range(n_, c.shard_count, k);
+  decoded_.resize(range.size());
+  const auto decode_into_scratch = [&](const std::string& payload, const codec::CodecOptions& options) {
+    codec::decode(reinterpret_cast<const uint8_t*>(payload.data()), payload.size(), options, decoded_.data(), decoded_.size());
+  };
+  std::vector<size_t> measured;
+  std::vector<ContributionNorm> norms;
+  std::vector<std::string> undecodable;
+  for (size_t i = 0; i < contributors.size(); ++i) {
+    const Contributor& x = contributors[i];
+    if (x.overflow || x.tokens == 0) continue;  // a skipped round, or no weight in the average
+    const std::string rel = round_dir() + "/" + x.file;
+    std::string problem;
+    try {
+      if (x.worker == c.worker && !x.partial) {
+        decode_into_scratch(own_payloads_[k], c.codec);
+      } else if (c.pattern == ExchangePattern::sharded) {
+        const wire::WireFile& file = checked_file(k, x);
+        decode_into_scratch(file.payload, decode_options(file.header.gradient().codec(), c.codec, rel));
+      } else {
+        std::optional<wire::WireFile> file = context_.read_checked(rel, ExchangeContext::Side::own_first);
+        if (!file) throw wire::WireError(str(rel, ": not readable (gone, or rejected)"));
+        const BufferReturn give_back{context_.buffers, file->payload};
+        if (checksum64(file->payload.data(), file->payload.size()) != x.checksum)
+          throw wire::WireError(str(rel, ": changed since it was checked"));
+        decode_into_scratch(file->payload, decode_options(file->header.gradient().codec(), c.codec, rel));
+      }
+    } catch (const std::exception& e) {
+      problem = str("does not decode: ", e.what());
+    }
+    measured.push_back(i);
+    norms.push_back(problem.empty() ? measure_contribution(decoded_.data(), decoded_.size()) : ContributionNorm{false, 0});
+    undecodable.push_back(std::move(problem));
+  }
+  const std::vector<std::optional<std::string>> why = contribution_refusals(norms, c.max_norm_ratio);
+  std::vector<wire::Refusal> refusals;
+  std::vector<bool> refused(contributors.size(), false);
+  for (size_t j = 0; j < measured.size(); ++j) {
+    if (!why[j]) continue;
+    const Contributor& x = contributors[measured[j]];
+    wire::Refusal& r = refusals.emplace_back();
+    r.set_worker(x.worker);
+    r.set_file(x.file);
+    r.set_reason(undecodable[j].empty() ? *why[j] : undecodable[j]);
+    refused[measured[j]] = true;
+    context_.log().error(str("round ", round_, " shard ", k, ": leaving out ", x.worker, "'s contribution ", x.file, ": ",
+                             r.reason()));
+  }
+  size_t i = 0;
+  std::erase_if(contributors, [&](const Contributor&) { return refused[i++]; });
+  return refusals;
 }
 
 void RoundAgreement::publish_agreement(uint32_t k, uint32_t epoch) {
@@ -129,6 +189,7 @@ void RoundAgreement::publish_agreement(uint32_t k, uint32_t epoch) {
     missing += " " + m;
     ++context_.stats.contributions_left_out;
   }
+  const std::vector<wire::Refusal> refusals = refuse_contributions(k, contributors);
   std::sort(contributors.begin(), contributors.end(), [](const Contributor& a, const Contributor& b) { return a.worker < b.worker; });
   if (!salvaged.empty())
     context_.log().warn(str("round ", round_, " shard ", k, ": partial deltas stand in for the whole ones of", salvaged));
@@ -144,6 +205,7 @@ void RoundAgreement::publish_agreement(uint32_t k, uint32_t epoch) {
     commit->set_owner(c.worker);
     commit->set_epoch(epoch);
     fill_contributors(commit->mutable_contributors(), contributors);
+    for (const wire::Refusal& r : refusals) *commit->add_refused() = r;
     view = commit->mutable_view();
   } else {
     const ShardRange range = shard_range(n_, c.shard_count, k);
@@ -151,6 +213,7 @@ void RoundAgreement::publish_agreement(uint32_t k, uint32_t epoch) {
     g->set_reduced(true);
     g->set_epoch(epoch);
     fill_contributors(g->mutable_contributors(), contributors);
+    for (const wire::Refusal& r : refusals) *g->add_refused() = r;
     view = g->mutable_view();
     uint64_t total = 0;
     for (const Contributor& x : contributors) total += x.tokens;
@@ -193,7 +256,7 @@ void RoundAgreement::publish_agreement(uint32_t k, uint32_t epoch) {
   const std::string name = agreement_name(c.pattern, k, epoch, c.worker, context_.incarnation.token(str("a/", round_, "/", k, "/", epoch)));
   // A commit (no payload) is small.
   std::string bytes = payload.empty() ? std::string() : context_.buffers.take(wire::framed_size_hint(payload.size()));
-  wire::frame_into(header, payload, bytes);
+  context_.frame_into(round_dir() + "/" + name, header, payload, bytes);
   context_.buffers.give(std::move(payload));
   context_.publish(round_dir() + "/" + name, bytes);
   own_agreements_[name] = std::move(bytes);
@@ -232,7 +295,7 @@ uint64_t RoundAgreement::publish_partial(uint64_t round, const float* delta, siz
     // No error feedback: the residual belongs to the whole Δ (a dead worker's is lost anyway).
     if (!mine.overflow) codec::encode_into(delta + range.begin, range.size(), c.codec, payload);
     const std::string name = partial_name(c.worker, k, context_.incarnation.token(str("p/", round, "/", k, "/", mine.tokens)));
-    wire::frame_into(header, payload, framed);
+    context_.frame_into(dir + "/" + name, header, payload, framed);
     context_.publish(dir + "/" + name, framed);
     written += framed.size();
     own.push_back(name);

@@ -33,8 +33,8 @@ void RunConfigCheck::publish() {
   if (published_) return;
   wire::FileHeader header = context_.new_header();
   *header.mutable_run_config() = mine();
-  context_.publish(run_config_name(context_.config.worker, context_.incarnation.token("run-config")),
-                   wire::frame(header, {}));
+  const std::string rel = run_config_name(context_.config.worker, context_.incarnation.token("run-config"));
+  context_.publish(rel, context_.frame(rel, header));
   published_ = true;
 }
 
@@ -53,7 +53,7 @@ void RunConfigCheck::check_peers(bool first_round) {
     const std::string peer = file.name.substr(7, file.name.rfind('-') - 7);
     std::string problem;
     try {
-      wire::WireFile wf = wire::parse(*bytes, context_.mirror.where(rel));
+      wire::WireFile wf = wire::parse(*bytes, context_.mirror.where(rel), context_.key(rel));
       wire::check_identity(wf.header, context_.config.run_id, context_.config.model_fingerprint, context_.mirror.where(rel));
       const wire::RunConfig& theirs = wf.header.run_config();
       if (theirs.pattern() != expected.pattern())

@@ -73,9 +73,16 @@ std::optional<CheckpointStatus> newest_checkpoint(const fs::path& dir, int64_t n
 
 }  // namespace
 
-RunStatus read_run_status(const fs::path& dir, double stale_after_s, const fs::path& local) {
+std::optional<double> seconds_to_upload_cap(uint64_t uploaded_24h, double bytes_per_s, uint64_t cap) {
+  if (uploaded_24h >= cap) return 0.0;
+  if (bytes_per_s * 86400.0 <= static_cast<double>(cap)) return std::nullopt;
+  return static_cast<double>(cap - uploaded_24h) / bytes_per_s;
+}
+
+RunStatus read_run_status(const fs::path& dir, double stale_after_s, const fs::path& local, uint64_t upload_cap) {
   GB_REQUIRE(fs::is_directory(dir), "--shared ", dir.string(), ": not a folder");
   RunStatus status;
+  status.upload_cap = upload_cap;
   struct Newest {
     uint64_t sequence = 0;
     wire::FileHeader header;
@@ -119,8 +126,14 @@ RunStatus read_run_status(const fs::path& dir, double stale_after_s, const fs::p
     m.tokens_per_second = hb.tokens_per_second();
     m.last_loss = hb.last_loss();
     m.bytes_uploaded_24h = hb.bytes_uploaded_24h();
+    if (hb.started_unix_ms() > 0)  // a minute at least: a life's first upload is no rate
+      m.upload_bytes_per_s = static_cast<double>(hb.bytes_uploaded()) /
+                             std::max(60.0, static_cast<double>(header.created_unix_ms() - hb.started_unix_ms()) / 1000.0);
     m.tokens = hb.tokens();
     m.run_id = header.run_id();
+    m.signed_files = !header.mac_nonce().empty();
+    m.files_rejected = hb.files_rejected();
+    m.unsigned_or_forged_files = hb.unsigned_or_forged_files();
     status.members.push_back(m);
   }
   for (fs::directory_iterator f(dir / kRunConfigDir, ec), end; !ec && f != end && status.sync.empty(); f.increment(ec)) {
@@ -154,12 +167,28 @@ std::string format_run_status(const RunStatus& status) {
                   m.state.c_str(), static_cast<unsigned long long>(m.applied_round),
                   static_cast<unsigned long long>(m.step), m.age_s, m.tokens_per_second,
                   m.last_loss, static_cast<double>(m.bytes_uploaded_24h) / 1e9,
-                  100.0 * static_cast<double>(m.bytes_uploaded_24h) / static_cast<double>(kDailyUploadCap));
+                  100.0 * static_cast<double>(m.bytes_uploaded_24h) / static_cast<double>(status.upload_cap));
     out += line;
+    if (m.state != "left" && m.state != "stale") {
+      if (const std::optional<double> s = seconds_to_upload_cap(m.bytes_uploaded_24h, m.upload_bytes_per_s, status.upload_cap)) {
+        std::snprintf(line, sizeof line, *s > 0 ? "  (reaches the daily upload cap in %.1f h at its rate)"
+                                                : "  (AT THE DAILY UPLOAD CAP: Drive refuses its uploads)",
+                      *s / 3600.0);
+        out += line;
+      }
+    }
     if (m.clock_ahead_s > 0) out += str("  (its clock runs ", static_cast<int64_t>(m.clock_ahead_s), " s ahead)");
+    if (m.files_rejected > 0)
+      out += str("  (refused ", m.files_rejected, " files, ", m.unsigned_or_forged_files, " of them unsigned or forged)");
     out += "\n";
   }
   if (status.members.empty()) out += "(no heartbeats yet)\n";
+  std::string unsigned_writers;
+  for (const MemberStatus& m : status.members)
+    if (!m.signed_files) unsigned_writers += (unsigned_writers.empty() ? "" : ", ") + m.worker;
+  if (!unsigned_writers.empty())
+    out += "UNSIGNED: " + unsigned_writers + " write files without a run secret; anyone who can write to the folder "
+           "can inject into this run (Note [Signed files]: --run-secret-file)\n";
   if (!status.sync.empty()) out += "sync: " + status.sync + "\n";
   uint64_t uploaded = 0, tokens = 0;
   for (const MemberStatus& m : status.members) uploaded += m.bytes_uploaded, tokens = std::max(tokens, m.tokens);

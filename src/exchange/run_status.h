@@ -9,8 +9,14 @@
 
 namespace gradbox::exchange {
 
-// Drive's upload cap per account and day; the status report compares each worker against it.
+// Drive's upload cap per account and day (--upload-cap-gb's default); the status report
+// compares each worker against it.
 inline constexpr uint64_t kDailyUploadCap = 750ull * 1000 * 1000 * 1000;
+
+// When a worker uploading `bytes_per_s` on average, with `uploaded_24h` in the last day, reaches
+// `cap` within a day: seconds from now (0: already there); nullopt when that rate stays under
+// it. Conservative: the bytes that leave the 24-hour window meanwhile are not counted out.
+std::optional<double> seconds_to_upload_cap(uint64_t uploaded_24h, double bytes_per_s, uint64_t cap);
 
 struct MemberStatus {
   std::string worker;
@@ -25,6 +31,10 @@ struct MemberStatus {
   uint64_t bytes_uploaded = 0;  // since its life began
   uint64_t tokens = 0;
   std::string run_id;
+  double upload_bytes_per_s = 0;         // its life's average (bytes_uploaded over its age)
+  bool signed_files = false;             // its heartbeat carries a MAC tag (Note [Signed files])
+  uint64_t files_rejected = 0;           // peers' files it refused
+  uint64_t unsigned_or_forged_files = 0;  // of those, for a missing or wrong tag
 };
 
 // The newest checkpoint manifest that verifies (Note [Folder checkpoints]); its parts may
@@ -43,12 +53,13 @@ struct RunStatus {
   uint64_t newest_round = 0;                // newest round folder present
   std::vector<std::string> quarantined;     // from <local>/syncer/stats.json, when given
   std::optional<CheckpointStatus> checkpoint;
+  uint64_t upload_cap = kDailyUploadCap;    // bytes per worker and day (--upload-cap-gb)
 };
 
 // `dir` is the shared folder or a local mirror (<local>/inbox); `local` (optional) a worker's
 // local folder for its syncer's quarantine list.
 RunStatus read_run_status(const std::filesystem::path& dir, double stale_after_s,
-                          const std::filesystem::path& local = {});
+                          const std::filesystem::path& local = {}, uint64_t upload_cap = kDailyUploadCap);
 std::string format_run_status(const RunStatus& status);
 
 }  // namespace gradbox::exchange

@@ -36,6 +36,8 @@ inline constexpr std::string_view kSentSuffix = ".sent";
 inline constexpr std::string_view kFlagSuffix = ".flag";
 inline constexpr std::string_view kTempMarker = ".tmp";
 inline constexpr std::string_view kControlFile = "control.json";
+// A control file is a few hundred bytes of hand-written JSON; a bigger one is not mirrored.
+inline constexpr uint64_t kMaxControlBytes = 64 << 10;
 
 // File-name prefixes that are fetched only on request: contributions (a sharded round's only by
 // its shard's owner, an all-gather round's by every replica that applies it, and nobody's from

@@ -232,6 +232,7 @@ void run_sim_worker(const SimWorkerSpec& spec, mirror::Mirror& mirror, mirror::C
       } else {
         std::fill(grad.begin(), grad.end(), 0.0f);
       }
+      if (contributes && spec.corrupt_contribution) spec.corrupt_contribution(round, grad);
       const double exchange_began = clock.now_s();
       const exchange::RoundResult result = exchange->all_reduce(round, grad.data(), grad.size(), mine);
       overlapped_s = contributes && !result.resync

@@ -50,6 +50,9 @@ struct SimWorkerSpec {
   // Fault injection: after this round the replica's parameters are nudged once, as a silent
   // divergence (a bad GPU, a flipped bit) would (0: never).
   uint64_t perturb_after_round = 0;
+  // Fault injection: a broken or malicious member. Changes what this worker sends for a round
+  // (its gradient or Δ) after it computed it, without flagging an overflow.
+  std::function<void(uint64_t round, std::vector<float>& sent)> corrupt_contribution;
 };
 
 // What the workers did, for invariant checks. Simulated processes run one at a time on the

@@ -16,9 +16,15 @@ namespace gradbox::syncer {
 namespace fs = std::filesystem;
 
 struct RemoteEntry {
+  // What a listing may show where a file belongs. Only files are ever read: a symbolic link is
+  // never followed (it could name any file on the syncer's machine), and a directory named like
+  // a file (or a fifo, a device) is reported, never entered or opened.
+  enum class Kind { file, link, directory, other };
   std::string rel;
   uint64_t size = 0;
+  Kind kind = Kind::file;
 };
+const char* entry_kind_name(RemoteEntry::Kind kind);  // "a symbolic link", ...
 
 // A file's first bytes and its size at the time they were read.
 struct RemoteHead {

@@ -111,6 +111,10 @@ bool linked(const fs::path& from, const fs::path& to) {
   return rc == 0;
 }
 
+// Every file gradbox writes into the shared folder ends in .gbx or .json; a directory so named
+// stands where a file belongs.
+bool looks_like_a_file(const std::string& rel) { return rel.ends_with(".gbx") || rel.ends_with(".json"); }
+
 bool is_regular_file_here(const fs::path& path) {
   struct ::stat st {};
   return ::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
@@ -119,7 +123,7 @@ bool is_regular_file_here(const fs::path& path) {
 }  // namespace
 
 uint64_t copy_file_bytes(const fs::path& from, const fs::path& to, uint64_t limit) {
-  Fd in(from, O_RDONLY);
+  Fd in(from, O_RDONLY | O_NOFOLLOW);  // a link planted in the shared folder is never followed
   if (!in.ok()) in.fail("cannot open");
   Fd out(to, O_WRONLY | O_CREAT | O_TRUNC);
   if (!out.ok()) out.fail("cannot create");
@@ -164,10 +168,21 @@ std::vector<RemoteEntry> MountedBackend::list() {
   for (; it != fs::recursive_directory_iterator(); it.increment(ec)) {
     if (ec) break;  // a directory vanished under us: the next poll lists again
     std::error_code fec;
-    if (!it->is_regular_file(fec)) continue;
-    uint64_t size = it->file_size(fec);
+    const fs::file_status status = it->symlink_status(fec);  // links are entries, never followed
     if (fec) continue;  // deleted between listing and stat
-    out.push_back({it->path().lexically_relative(root_).generic_string(), size});
+    const std::string rel = it->path().lexically_relative(root_).generic_string();
+    if (fs::is_regular_file(status)) {
+      const uint64_t size = it->file_size(fec);
+      if (!fec) out.push_back({rel, size, RemoteEntry::Kind::file});
+    } else if (fs::is_symlink(status)) {
+      out.push_back({rel, 0, RemoteEntry::Kind::link});
+    } else if (fs::is_directory(status)) {
+      if (!looks_like_a_file(rel)) continue;  // a folder of the layout: listed inside
+      out.push_back({rel, 0, RemoteEntry::Kind::directory});
+      it.disable_recursion_pending();
+    } else {
+      out.push_back({rel, 0, RemoteEntry::Kind::other});
+    }
   }
   // The root itself gone mid-listing: what was seen is not a listing of the shared folder.
   if (ec) require_root();
@@ -177,7 +192,7 @@ std::vector<RemoteEntry> MountedBackend::list() {
 std::optional<uint64_t> MountedBackend::stat(const std::string& rel) {
   check_rel(rel);
   struct ::stat st {};
-  if (::stat((root_ / rel).c_str(), &st) != 0) {
+  if (::lstat((root_ / rel).c_str(), &st) != 0) {
     const int err = errno;
     if (err == ENOENT || err == ENOTDIR) {
       require_root();  // absent from a missing folder is not "absent"
@@ -190,7 +205,7 @@ std::optional<uint64_t> MountedBackend::stat(const std::string& rel) {
 
 std::optional<RemoteHead> MountedBackend::head(const std::string& rel, size_t max_bytes) {
   check_rel(rel);
-  Fd in(root_ / rel, O_RDONLY);
+  Fd in(root_ / rel, O_RDONLY | O_NOFOLLOW);
   if (!in.ok()) {
     require_root();
     in.fail("cannot open");

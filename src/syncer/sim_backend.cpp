@@ -94,6 +94,10 @@ std::vector<RemoteEntry> SimBackend::list() {
   }
   std::vector<RemoteEntry> out;
   for (auto& e : truth) {
+    if (e.kind != RemoteEntry::Kind::file) {  // never read: no lag to simulate
+      out.push_back(e);
+      continue;
+    }
     auto mtime = mtime_ms(truth_.root() / e.rel);
     if (!mtime) continue;
     View v = view_of(e.rel, *mtime, now);

@@ -55,6 +55,8 @@ struct TempGuard {
 
 // Why text is not a JSON object, or "" when it is. Never throws: the text is hand-edited.
 std::string json_object_problem(const std::string& text) {
+  if (text.size() > mirror::kMaxControlBytes)
+    return str(text.size(), " bytes, more than a control file may hold (", mirror::kMaxControlBytes, ")");
   try {
     const nlohmann::json j = nlohmann::json::parse(text);
     return j.is_object() ? "" : str("a JSON ", j.type_name(), ", not an object");
@@ -235,7 +237,14 @@ std::vector<Task> Syncer::plan_downloads() {
   }
   if (recovered) logger().info(*recovered);
   std::map<std::string, uint64_t> entries;  // a listing may repeat an entry
-  for (auto& e : listing) entries.emplace(e.rel, e.size);
+  std::vector<std::pair<std::string, std::string>> not_files;  // where a file belongs: logged once each
+  for (auto& e : listing) {
+    if (e.kind == RemoteEntry::Kind::file) {
+      entries.emplace(e.rel, e.size);
+    } else if (!is_temp_name(e.rel) && !is_hidden_name(e.rel)) {
+      not_files.emplace_back(e.rel, str(entry_kind_name(e.kind), " where a file belongs: never followed, opened or read"));
+    }
+  }
 
   std::vector<Task> tasks;
   std::vector<std::pair<std::string, std::string>> expired;  // placeholders past the deadline
@@ -246,12 +255,22 @@ std::vector<Task> Syncer::plan_downloads() {
       // Gone (or a lagging listing): the inbox copy stays; fetched at once when it is back.
       control_size_.reset();
       control_fetched_.reset();
+    } else if (control->second > mirror::kMaxControlBytes) {
+      // Never copied: one warning and one count per size it is listed with.
+      if (control_oversized_.insert(control->second).second) {
+        ++stats_.control_rejected;
+        changed();
+        logger().warn(str("ignoring ", kControlFile, " in the shared folder: ", control->second,
+                          " bytes, more than a control file may hold (", mirror::kMaxControlBytes,
+                          "); the previous copy stays"));
+      }
     } else {
       const auto now = options_.now();
       const bool due = control_size_ != control->second || !control_fetched_ ||
                        now - *control_fetched_ >= std::chrono::duration<double>(options_.control_refresh_s);
       if (due && try_begin(kControlRel)) tasks.push_back({Task::Kind::control, kControlRel, control->second});
     }
+    std::erase_if(not_files, [&](const auto& entry) { return done_.count(entry.first) || is_own(entry.first); });
     RequestIndex requests(options_.local / mirror::kRequestsDir);
     for (const auto& [rel, size] : entries) {
       if (is_control_file(rel)) continue;
@@ -279,6 +298,7 @@ std::vector<Task> Syncer::plan_downloads() {
     }
   }
   for (const auto& [rel, reason] : expired) quarantine(rel, reason, {});
+  for (const auto& [rel, reason] : not_files) quarantine(rel, reason, {});
   {
     std::lock_guard lock(mutex_);
     ++stats_.passes;
@@ -419,6 +439,7 @@ void Syncer::do_download(const std::string& rel) {
     const wire::Verification early = wire::verify_head(head->bytes, head->size);
     if (early.state == wire::FileState::incomplete && !incomplete_overdue(rel))
       return note_incomplete(rel, early.reason, {});
+    if (early.hopeless) return quarantine(rel, early.reason, {});  // once: no copy of it can be better
   }
   TempGuard guard{tmp};
   backend_->download(rel, tmp);

@@ -168,6 +168,7 @@ class Syncer {
   std::optional<uint64_t> control_size_;
   std::optional<std::chrono::steady_clock::time_point> control_fetched_;
   std::set<uint64_t> control_rejected_;  // checksums of rejected contents: warned about once
+  std::set<uint64_t> control_oversized_;  // listed sizes over mirror::kMaxControlBytes: warned about once
   uint64_t outage_failures_ = 0;         // failed calls since the last good listing (0: no outage)
   std::optional<std::chrono::steady_clock::time_point> outage_since_;
   SyncerStats stats_;

@@ -63,7 +63,28 @@ std::optional<Verification> check_head(std::string_view bytes, FileHeader& heade
     return result(FileState::corrupt, "header does not parse");
   if (header.version() == 0 || header.version() > kWireVersion)
     return result(FileState::unsupported, str("wire version ", header.version(), ", this build reads 1..", kWireVersion));
+  if (!header.mac_nonce().empty() && header.mac_nonce().size() != FileMac::kNonceSize)
+    return result(FileState::corrupt, str("MAC nonce of ", header.mac_nonce().size(), " bytes"));
+  if (header.payload_length() > kMaxPayloadSize) {
+    Verification v = result(FileState::corrupt, str("the header declares a payload of ", header.payload_length(),
+                                                    " bytes, more than any gradbox file (", kMaxPayloadSize, ")"));
+    v.hopeless = true;
+    return v;
+  }
   return std::nullopt;
+}
+
+// The trailer after the payload, in a signed file.
+uint64_t tag_size(const FileHeader& header) { return header.mac_nonce().empty() ? 0 : kTrailerSize; }
+
+// A trailer's tag against its checksum.
+bool trailer_intact(std::string_view trailer) {
+  return checksum64(trailer.data(), FileMac::kTagSize) == load_le<uint64_t>(trailer.data() + FileMac::kTagSize);
+}
+
+// What a sound head says the whole file's size is.
+uint64_t declared_size(const FileHeader& header, size_t header_size) {
+  return kPreambleSize + header_size + header.payload_length() + tag_size(header);
 }
 
 // A file of `size` bytes against the length its header declares.
@@ -78,11 +99,13 @@ Verification verify_impl(std::string_view bytes, FileHeader* header) {
   FileHeader parsed;
   size_t header_size = 0;
   if (std::optional<Verification> bad = check_head(bytes, parsed, header_size)) return *bad;
-  const uint64_t expected = kPreambleSize + header_size + parsed.payload_length();
+  const uint64_t expected = declared_size(parsed, header_size);
   if (std::optional<Verification> bad = check_size(bytes.size(), expected)) return *bad;
-  std::string_view payload = bytes.substr(kPreambleSize + header_size);
+  std::string_view payload = bytes.substr(kPreambleSize + header_size, parsed.payload_length());
   if (checksum64(payload.data(), payload.size()) != parsed.payload_checksum())
     return result(FileState::corrupt, "payload checksum mismatch", expected);
+  if (tag_size(parsed) > 0 && !trailer_intact(bytes.substr(bytes.size() - kTrailerSize)))
+    return result(FileState::corrupt, "MAC tag checksum mismatch", expected);
   if (header) *header = std::move(parsed);
   return result(FileState::complete, "", expected);
 }
@@ -93,7 +116,7 @@ Verification verify_head(std::string_view first, uint64_t file_size) {
   FileHeader header;
   size_t header_size = 0;
   if (std::optional<Verification> bad = check_head(first, header, header_size)) return *bad;
-  const uint64_t expected = kPreambleSize + header_size + header.payload_length();
+  const uint64_t expected = declared_size(header, header_size);
   if (std::optional<Verification> bad = check_size(file_size, expected)) return *bad;
   return result(FileState::complete, "", expected);
 }
@@ -114,27 +137,37 @@ const char* file_state_name(FileState state) {
   return "?";
 }
 
-std::string frame(FileHeader header, std::string_view payload) {
+std::string frame(FileHeader header, std::string_view payload, FileKey key) {
   std::string out;
-  frame_into(std::move(header), payload, out);
+  frame_into(std::move(header), payload, out, key);
   return out;
 }
 
-void frame_into(FileHeader header, std::string_view payload, std::string& out) {
-  header.set_version(kWireVersion);
+void frame_into(FileHeader header, std::string_view payload, std::string& out, FileKey key) {
+  header.set_version(key.mac ? kSignedWireVersion : kUnsignedWireVersion);
+  if (key.mac) {
+    header.set_mac_nonce(FileMac::new_nonce());
+  } else {
+    header.clear_mac_nonce();
+  }
   header.set_payload_length(payload.size());
   header.set_payload_checksum(checksum64(payload.data(), payload.size()));
   std::string header_bytes;
   GB_CHECK(header.SerializeToString(&header_bytes), "FileHeader does not serialise");
   GB_CHECK(header_bytes.size() <= kMaxHeaderSize, "header of ", header_bytes.size(), " bytes");
   out.clear();
-  out.reserve(kPreambleSize + header_bytes.size() + payload.size());
+  out.reserve(kPreambleSize + header_bytes.size() + payload.size() + tag_size(header));
   out.append(kMagic, sizeof(kMagic));
   append_le<uint32_t>(out, kFrameVersion);
   append_le<uint32_t>(out, static_cast<uint32_t>(header_bytes.size()));
   append_le<uint64_t>(out, checksum64(header_bytes.data(), header_bytes.size()));
   out += header_bytes;
   out += payload;
+  if (key.mac) {
+    const FileMac::Tag tag = key.mac->tag(header.run_id(), key.rel, header.mac_nonce(), out);
+    out.append(reinterpret_cast<const char*>(tag.data()), tag.size());
+    append_le<uint64_t>(out, checksum64(tag.data(), tag.size()));
+  }
 }
 
 Verification verify_bytes(std::string_view bytes) { return verify_impl(bytes, nullptr); }
@@ -174,50 +207,71 @@ Verification verify_file(const fs::path& path) {
   FileHeader header;
   size_t header_size = 0;
   if (std::optional<Verification> bad = check_head(head, header, header_size)) return *bad;
-  const uint64_t expected = kPreambleSize + header_size + header.payload_length();
-  // The payload in pieces, then one byte past its declared end: the length the reads reach is
-  // the file's length, as a whole read's would be.
+  const uint64_t expected = declared_size(header, header_size);
+  const uint64_t payload_end = expected - tag_size(header);
+  // The payload in pieces, then the tag (not checked here: that takes the key) and one byte past
+  // the declared end: the length the reads reach is the file's length, as a whole read's would be.
   Checksum64Stream sum;
   thread_local std::vector<char> piece(size_t{1} << 20);
   uint64_t offset = kPreambleSize + header_size;
-  while (offset < expected) {
-    const size_t want = static_cast<size_t>(std::min<uint64_t>(piece.size(), expected - offset));
+  while (offset < payload_end) {
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(piece.size(), payload_end - offset));
     if (!(got = read_at(offset, piece.data(), want))) return read_failed();
     sum.update(piece.data(), *got);
     offset += *got;
     if (*got < want) break;
   }
-  char past = 0;
-  if (offset == expected) {
-    if (!(got = read_at(offset, &past, 1))) return read_failed();
+  char trailer[kTrailerSize + 1];
+  if (offset == payload_end) {
+    if (!(got = read_at(offset, trailer, expected - payload_end + 1))) return read_failed();
     offset += *got;
   }
   if (std::optional<Verification> bad = check_size(offset, expected)) return *bad;
   if (sum.digest() != header.payload_checksum()) return result(FileState::corrupt, "payload checksum mismatch", expected);
+  if (tag_size(header) > 0 && !trailer_intact(std::string_view(trailer, kTrailerSize)))
+    return result(FileState::corrupt, "MAC tag checksum mismatch", expected);
   return result(FileState::complete, "", expected);
 }
 
-WireView parse_view(std::string_view bytes, const std::string& origin) {
-  WireView view;
-  Verification v = verify_impl(bytes, &view.header);
+namespace {
+
+// Verifies a complete file's framing and, with a key, its tag; returns where its payload starts.
+size_t check_file(std::string_view bytes, const std::string& origin, FileKey key, FileHeader& header) {
+  Verification v = verify_impl(bytes, &header);
   if (v.state != FileState::complete)
     throw WireError(str(origin, ": ", file_state_name(v.state), " gradbox file: ", v.reason));
-  view.payload = bytes.substr(kPreambleSize + load_le<uint32_t>(bytes.data() + 12));
+  if (key.mac) {
+    if (header.mac_nonce().empty())
+      throw SignatureError(str(origin, ": unsigned file in a signed run (written without the run secret)"));
+    const std::string_view tag = bytes.substr(bytes.size() - kTrailerSize, FileMac::kTagSize);
+    const std::string_view signed_bytes = bytes.substr(0, bytes.size() - kTrailerSize);
+    if (!FileMac::equal(key.mac->tag(header.run_id(), key.rel, header.mac_nonce(), signed_bytes), tag))
+      throw SignatureError(str(origin, ": MAC tag does not match: forged, altered, moved from another name, or "
+                                       "signed with another run secret"));
+  }
+  return kPreambleSize + load_le<uint32_t>(bytes.data() + 12);
+}
+
+}  // namespace
+
+WireView parse_view(std::string_view bytes, const std::string& origin, FileKey key) {
+  WireView view;
+  const size_t payload_at = check_file(bytes, origin, key, view.header);
+  view.payload = bytes.substr(payload_at, view.header.payload_length());
   return view;
 }
 
-WireFile parse(std::string_view bytes, const std::string& origin) {
-  WireView view = parse_view(bytes, origin);
+WireFile parse(std::string_view bytes, const std::string& origin, FileKey key) {
+  WireView view = parse_view(bytes, origin, key);
   return WireFile{std::move(view.header), std::string(view.payload)};
 }
 
-WireFile parse(std::string&& bytes, const std::string& origin) {
+WireFile parse(std::string&& bytes, const std::string& origin, FileKey key) {
   WireFile file;
-  Verification v = verify_impl(bytes, &file.header);
-  if (v.state != FileState::complete)
-    throw WireError(str(origin, ": ", file_state_name(v.state), " gradbox file: ", v.reason));
+  const size_t payload_at = check_file(bytes, origin, key, file.header);
   // The payload moves down over the preamble and header in place: no second buffer of its size.
-  bytes.erase(0, kPreambleSize + load_le<uint32_t>(bytes.data() + 12));
+  bytes.erase(0, payload_at);
+  bytes.resize(file.header.payload_length());  // without the tag
   file.payload = std::move(bytes);
   return file;
 }

@@ -7,6 +7,10 @@
 //         16   XXH3-64 of header    u64
 //         24   FileHeader protobuf  header length bytes
 //              payload              FileHeader.payload_length bytes
+//              MAC tag              16 bytes, then the tag's XXH3-64 (8 bytes), in a signed run's
+//                                   files (FileHeader.mac_nonce set; Note [Signed files] in
+//                                   wire/file_mac.h). The checksum tells a tag damaged in transit
+//                                   (corrupt: fetched again) from a wrong one (never applied).
 //
 // The whole file is verifiable from its own bytes: a reader knows when it has all of it
 // (size == 24 + header + payload) and that it is intact (both checksums). Cloud folders show
@@ -22,15 +26,22 @@
 #include <vector>
 
 #include "gradbox.pb.h"
+#include "wire/file_mac.h"
 
 namespace gradbox::wire {
 
 namespace fs = std::filesystem;
 
 inline constexpr uint32_t kFrameVersion = 1;
-inline constexpr uint32_t kWireVersion = 1;        // FileHeader.version we write and accept
+inline constexpr uint32_t kWireVersion = 2;        // FileHeader.version we accept at most
+inline constexpr uint32_t kUnsignedWireVersion = 1;  // what unsigned files say (builds before signing read them)
+inline constexpr uint32_t kSignedWireVersion = 2;    // signed files: older builds refuse them as unsupported
 inline constexpr size_t kPreambleSize = 24;
+inline constexpr size_t kTrailerSize = FileMac::kTagSize + 8;  // a signed file's tag and its checksum
 inline constexpr size_t kMaxHeaderSize = 1 << 20;  // a header is small; more is corruption
+// No file gradbox writes comes near this (GPT-2-Large's fp32 gradient is 3 GB, a LLaMA-7B's
+// 28 GB); a header that declares more is sound framing around an impossible claim.
+inline constexpr uint64_t kMaxPayloadSize = uint64_t{1} << 40;
 // Room for a framed file of this payload: headers are a few KB (a round's contributor list).
 inline constexpr size_t framed_size_hint(size_t payload_bytes) { return kPreambleSize + (64 << 10) + payload_bytes; }
 
@@ -48,12 +59,31 @@ struct Verification {
   FileState state = FileState::incomplete;
   std::string reason;       // empty when complete
   uint64_t expected_size = 0;  // known once the preamble and header are readable
+  // Corrupt for what its intact header says (a payload over kMaxPayloadSize): no other copy of
+  // these bytes can be better, so a reader gives up at once instead of retrying.
+  bool hopeless = false;
 };
 
 // Rejected file: the message names the file and the reason.
 class WireError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+// A file whose MAC tag is wrong or missing where one is required (a SignatureError), or an
+// unsigned-run reader's file with a tag it cannot check: told apart from damage so that it can be
+// counted as what it is, a file someone without the key wrote.
+class SignatureError : public WireError {
+ public:
+  using WireError::WireError;
+};
+
+// What a file is tagged and checked with in a signed run: the run's MAC and the file's name,
+// relative to the shared folder (Note [Signed files]). Without a MAC (an unsigned run) files are
+// neither tagged nor checked.
+struct FileKey {
+  const FileMac* mac = nullptr;
+  std::string_view rel;
 };
 
 struct WireFile {
@@ -67,10 +97,11 @@ struct WireView {
   std::string_view payload;
 };
 
-// Serialises `header` (filling version, payload_length and payload_checksum) and the payload.
-std::string frame(FileHeader header, std::string_view payload);
+// Serialises `header` (filling version, payload_length and payload_checksum) and the payload;
+// with a key, also a fresh nonce and the tag.
+std::string frame(FileHeader header, std::string_view payload, FileKey key = {});
 // The same into out (its contents replaced, its buffer reused).
-void frame_into(FileHeader header, std::string_view payload, std::string& out);
+void frame_into(FileHeader header, std::string_view payload, std::string& out, FileKey key = {});
 
 Verification verify_bytes(std::string_view bytes);
 // Reads the preamble and header, then checksums the payload in pieces (a file is never held
@@ -88,11 +119,13 @@ Verification verify_head(std::string_view first, uint64_t file_size);
 size_t head_size(std::string_view first);
 
 // Parses a complete file; throws WireError naming `origin` for anything but FileState::complete.
-WireFile parse(std::string_view bytes, const std::string& origin);
+// With a key, a file without a tag or with a wrong one throws SignatureError before anything
+// reads its payload; without one, a signed file's tag is not checked.
+WireFile parse(std::string_view bytes, const std::string& origin, FileKey key = {});
 // The same, taking the bytes over: the payload keeps their buffer.
-WireFile parse(std::string&& bytes, const std::string& origin);
+WireFile parse(std::string&& bytes, const std::string& origin, FileKey key = {});
 // The same checks; the payload stays where it is (valid while bytes are).
-WireView parse_view(std::string_view bytes, const std::string& origin);
+WireView parse_view(std::string_view bytes, const std::string& origin, FileKey key = {});
 WireFile read_wire_file(const fs::path& path);
 
 // Throws WireError naming `origin` when the file belongs to another run or another model.

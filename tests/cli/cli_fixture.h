@@ -31,6 +31,12 @@ inline std::string read_bytes(const fs::path& path) {
   return s.str();
 }
 
+// Creates the file's folder first.
+inline void write_bytes(const fs::path& path, const std::string& bytes) {
+  fs::create_directories(path.parent_path());
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
 inline std::vector<nlohmann::json> read_metrics(const fs::path& run) {
   std::vector<nlohmann::json> records;
   std::ifstream in(run / "metrics.jsonl");

@@ -144,17 +144,31 @@ TEST_F(ClusterTest, ThreeWorkersFp32MatchOneProcessOnTheUnionBitForBit) {
   EXPECT_TRUE(contains(status.output, "left")) << status.output;
   EXPECT_TRUE(contains(status.output, " 30 ")) << status.output;
   EXPECT_TRUE(contains(status.output, "newest round folder: 30")) << status.output;
+  EXPECT_TRUE(contains(status.output, "UNSIGNED: a, b, c")) << status.output;  // no secret given
+  EXPECT_TRUE(contains(log_of(base, "a"), "UNSIGNED RUN")) << log_of(base, "a");
   // Loss fell: training happened, not just agreement.
   const std::vector<double> curve = losses(reference);
   EXPECT_LT(curve.back(), curve.front() - 0.3);
 }
 
+// Also a signed run (Note [Signed files]): every file tagged with `gradbox secret`'s secret,
+// through a folder that truncates and delays them.
 TEST_F(ClusterTest, ShardedFp16ReplicasAreIdenticalAndTrackTheUnion) {
   const fs::path base = dir("cluster_fp16");
   const int steps = 30;
-  for (const auto& [name, code] :
-       run_cluster(base, steps, {"--codec", "fp16", "--exchange", "sharded", "--deadline-floor", "30"}))
+  fs::create_directories(base);
+  const ProcessResult secret = run_process({kBinary, "secret", "--out", (base / "run.secret").string()});
+  ASSERT_EQ(secret.exit_code, 0) << secret.output;
+  EXPECT_EQ(fs::status(base / "run.secret").permissions() & fs::perms::all, fs::perms::owner_read | fs::perms::owner_write);
+  for (const auto& [name, code] : run_cluster(base, steps, {"--codec", "fp16", "--exchange", "sharded", "--deadline-floor",
+                                                            "30", "--run-secret-file", (base / "run.secret").string()}))
     ASSERT_EQ(code, 0) << name << "\n" << log_of(base, name);
+  for (const Worker& w : kWorkers) EXPECT_FALSE(contains(log_of(base, w.name), "UNSIGNED")) << w.name;
+  ProcessResult status = run_process({kBinary, "status", "--shared", (base / "shared").string()});
+  for (const Worker& w : kWorkers) EXPECT_TRUE(contains(status.output, w.name + " ")) << status.output;
+  EXPECT_FALSE(contains(status.output, "UNSIGNED")) << status.output;  // every heartbeat is tagged
+  // A second secret never replaces the first.
+  EXPECT_EQ(run_process({kBinary, "secret", "--out", (base / "run.secret").string()}).exit_code, 2);
   expect_every_contribution_used(base);
   const fs::path reference = emulate(base, steps);
   const std::string model_a = read_bytes(final_checkpoint(base / "a", steps) / "model.safetensors");
@@ -244,6 +258,19 @@ TEST_F(ClusterTest, BadSharedFlagsAreNamed) {
   r = run_process(train(dir("bad3"), {"--shared", dir("bad_shared").string(), "--worker", "a", "--peers", "a,b,a"}));
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_TRUE(contains(r.output, "--peers")) << r.output;
+  // A run secret inside the shared folder (anyone who reads it could sign), or too short.
+  const fs::path inside = dir("bad_shared") / "secret.txt";
+  write_bytes(inside, "a long enough secret, but in the wrong place");
+  r = run_process(train(dir("bad4"), {"--shared", dir("bad_shared").string(), "--worker", "a", "--run-secret-file",
+                                      inside.string()}));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(contains(r.output, "--run-secret-file") && contains(r.output, "shared folder")) << r.output;
+  const fs::path short_secret = dir("bad5_secret") / "secret.txt";
+  write_bytes(short_secret, "short");
+  r = run_process(train(dir("bad5"), {"--shared", dir("bad_shared").string(), "--worker", "a", "--run-secret-file",
+                                      short_secret.string()}));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(contains(r.output, short_secret.string()) && contains(r.output, "16 characters")) << r.output;
 }
 
 }  // namespace

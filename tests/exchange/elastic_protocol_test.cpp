@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <iostream>
+#include <limits>
+#include <tuple>
 #include <set>
 
 #include "common/error.h"
@@ -12,6 +14,7 @@
 #include "sim/sim_worker.h"
 #include "virtual_cluster.h"
 #include "wire/envelope.h"
+#include "wire/file_mac.h"
 
 namespace gradbox::exchange {
 namespace {
@@ -225,7 +228,9 @@ LateJoinRun run_with_a_late_joiner(const std::string& name, bool late_entry) {
   EXPECT_TRUE(run.divergent_rounds().empty()) << run.divergent_rounds().front();
   const std::map<std::string, uint64_t> finals = run.observer().finals();
   EXPECT_EQ(finals.size(), 3u);
-  if (finals.size() == 3) EXPECT_EQ(finals.at("a"), finals.at("c"));
+  if (finals.size() == 3) {
+    EXPECT_EQ(finals.at("a"), finals.at("c"));
+  }
   LateJoinRun out;
   for (const sim::SimObserver::Applied& a : run.observer().history())
     if (a.worker == "a" && a.contributors == 3 && out.first_round_of_three == 0) {
@@ -292,7 +297,9 @@ DyingMemberRun run_with_a_member_dying_mid_box(const std::string& name, int part
   EXPECT_TRUE(run.divergent_rounds().empty()) << run.divergent_rounds().front();
   const std::map<std::string, uint64_t> finals = run.observer().finals();
   EXPECT_EQ(finals.size(), 2u);
-  if (finals.size() == 2) EXPECT_EQ(finals.at("a"), finals.at("b"));
+  if (finals.size() == 2) {
+    EXPECT_EQ(finals.at("a"), finals.at("b"));
+  }
   DyingMemberRun out;
   out.tokens_per_step = last.tokens_per_round;
   const auto& contributions = run.observer().contributions();
@@ -534,6 +541,159 @@ TEST(ProtocolFaults, ACopiedFileCannotSquatAMembersName) {
     }
   }
   EXPECT_GT(run.cluster().stats("a")["rejected_files"].get<int>() + run.cluster().stats("b")["rejected_files"].get<int>(), 0);
+}
+
+// A stranger with write access and no key, in a signed run (Note [Signed files]): for each of
+// b's contributions it sees, it writes into the next rounds' folders, under fresh b-names, what
+// someone without the key can make: a forged file (b's header for that round, 1000x the tokens,
+// valid framing and checksums, no tag), one tagged with another run's secret, b's genuine file
+// with its round rewritten (a replay), and a plain copy. Unsigned, the forgeries carry the
+// rounds (the bug); signed, every one is refused before it is read and the run ends exactly
+// where the same run without the stranger does.
+TEST(ProtocolFaults, FilesWithoutTheRunKeyAreNeverApplied) {
+  const auto run_key = std::make_shared<const wire::FileMac>(wire::RunSecret::from_text("the members' run secret", "t"));
+  const wire::FileMac other_key(wire::RunSecret::from_text("a secret of some other run", "t"));
+  struct Outcome {
+    std::map<std::string, uint64_t> finals;
+    bool b_always_contributed = true;
+    int attacks = 0;
+    uint64_t refused = 0;
+  };
+  const auto play = [&](bool signed_run, bool attacked) {
+    ElasticRun run(str("forge", signed_run, attacked), {"a", "b"});
+    for (const char* w : {"a", "b"}) {
+      sim::SimWorkerSpec s = run.spec(w);
+      // Rounds wait for every member: which rounds a member misses must not hang on lags that
+      // the stranger's extra files draw differently.
+      s.exchange.contribution_timeout_s = s.exchange.deadline_floor_s = 30;
+      s.exchange.failover_timeout_s = 60;
+      if (signed_run) s.exchange.file_mac = run_key;
+      run.start(s);
+    }
+    Outcome out;
+    uint64_t token = 0;
+    std::set<std::string> seen;
+    for (int t = 1; attacked && t < 40; ++t) {
+      run.cluster().sim().at(t, [&] {
+        mirror::MemoryMirror& disk = run.cluster().folder().disk("a");
+        for (uint64_t r = 1; r < 40; ++r) {
+          const std::string dir = round_dir_name(r);
+          for (const mirror::Arrival& file : disk.list(dir)) {
+            if (!file.name.starts_with("g-b-") || !seen.insert(dir + "/" + file.name).second) continue;
+            const std::optional<std::string> bytes = disk.read(dir + "/" + file.name);
+            if (!bytes) continue;
+            const wire::WireFile genuine = wire::parse(*bytes, file.name);
+            const uint64_t ahead = r + 1;
+            const auto name = [&] {  // the stranger's own files are not b's to copy
+              const std::string rel = round_dir_name(ahead) + "/" + contribution_name("b", 0, str("f", ++token));
+              seen.insert(rel);
+              return rel;
+            };
+            wire::FileHeader forged = genuine.header;
+            forged.mutable_gradient()->set_round(ahead);
+            forged.mutable_gradient()->set_tokens(genuine.header.gradient().tokens() * 1000);
+            run.cluster().folder().inject(name(), wire::frame(forged, genuine.payload));
+            const std::string foreign_rel = name();
+            run.cluster().folder().inject(foreign_rel, wire::frame(forged, genuine.payload, wire::FileKey{&other_key, foreign_rel}));
+            wire::FileHeader replayed = genuine.header;
+            replayed.mutable_gradient()->set_round(ahead);
+            run.cluster().folder().inject(name(), wire::frame(replayed, genuine.payload));
+            run.cluster().folder().inject(name(), *bytes);
+            ++out.attacks;
+          }
+        }
+      });
+    }
+    run.cluster().sim().run_until(1e5);
+    EXPECT_TRUE(run.cluster().sim().failures().empty()) << run.cluster().sim().failures().front();
+    out.finals = run.observer().finals();
+    for (const sim::SimObserver::Applied& a : run.observer().history())
+      if (a.worker == "b" && !a.contributed) out.b_always_contributed = false;
+    for (const char* w : {"a", "b"})
+      out.refused += run.cluster().stats(w)["unsigned_or_forged_files"].get<uint64_t>();
+    return out;
+  };
+  const Outcome clean = play(true, false);
+  ASSERT_EQ(clean.finals.size(), 2u);
+  EXPECT_EQ(clean.finals.at("a"), clean.finals.at("b"));
+  EXPECT_EQ(clean.refused, 0u);
+
+  const Outcome attacked = play(true, true);
+  EXPECT_GT(attacked.attacks, 10);
+  EXPECT_GE(attacked.refused, static_cast<uint64_t>(attacked.attacks));  // each round's first forgeries, read once
+  EXPECT_EQ(attacked.finals, clean.finals);  // identical replicas, identical to the run without the stranger
+  EXPECT_TRUE(attacked.b_always_contributed);
+
+  const Outcome unsigned_run = play(false, true);  // the fault reproduced: forgeries carry the rounds
+  ASSERT_EQ(unsigned_run.finals.size(), 2u);
+  EXPECT_NE(unsigned_run.finals.at("a"), clean.finals.at("a"));
+}
+
+// A member with the secret sends NaN (rounds 4-6) or a gradient a million times too large
+// (rounds 10-12), without flagging an overflow (Note [Checked contributions]). Every shard's
+// owner leaves it out in its agreement, every replica applies the same contributors and counts
+// the refusals, and the member is back in the average once it sends sane values. With norms not compared (--max-norm-ratio 0) the 1e6x gradient is averaged in.
+void expect_bad_contributions_left_out(ExchangePattern pattern) {
+  const auto poisoned = [](uint64_t round) { return (round >= 4 && round <= 6) || (round >= 10 && round <= 12); };
+  const auto play = [&](double max_norm_ratio) {
+    ElasticRun run(str("poison", static_cast<int>(pattern), max_norm_ratio > 0), {"a", "b", "c"});
+    for (const char* w : {"a", "b", "c"}) {
+      sim::SimWorkerSpec s = run.spec(w, 16);
+      s.exchange.pattern = pattern;
+      s.exchange.shard_count = pattern == ExchangePattern::sharded ? 3 : 1;
+      s.exchange.contribution_timeout_s = s.exchange.deadline_floor_s = 30;  // every member, every round
+      s.exchange.failover_timeout_s = 60;
+      s.exchange.max_norm_ratio = max_norm_ratio;
+      if (std::string(w) == "c")
+        s.corrupt_contribution = [](uint64_t round, std::vector<float>& sent) {
+          if (round >= 4 && round <= 6) sent[3] = std::numeric_limits<float>::quiet_NaN();
+          if (round >= 10 && round <= 12)
+            for (float& v : sent) v *= 1e6f;
+        };
+      run.start(s);
+    }
+    run.cluster().sim().run_until(1e5);
+    EXPECT_TRUE(run.cluster().sim().failures().empty()) << run.cluster().sim().failures().front();
+    const std::map<std::string, uint64_t> finals = run.observer().finals();
+    EXPECT_EQ(finals.size(), 3u);
+    EXPECT_TRUE(run.divergent_rounds().empty());
+    std::map<uint64_t, std::set<std::string>> averaged;
+    for (const auto& [round, contributions] : run.observer().contributions())
+      for (const AgreedContribution& x : contributions) averaged[round].insert(x.worker);
+    std::map<std::string, uint64_t> refused;
+    for (const char* w : {"a", "b", "c"}) refused[w] = run.cluster().stats(w)["contributions_refused"].get<uint64_t>();
+    return std::make_tuple(averaged, refused, finals);
+  };
+  const auto [averaged, refused, finals] = play(10);
+  ASSERT_EQ(averaged.size(), 16u);
+  // Left out like a member that missed its deadline: out of the round, then out of the view
+  // until it says it is ready again; never in a poisoned round's average, back once it is sane.
+  for (const auto& [round, workers] : averaged) {
+    if (poisoned(round)) {
+      EXPECT_EQ(workers.count("c"), 0u) << "round " << round;
+    }
+    if (round >= 14) {
+      EXPECT_EQ(workers.count("c"), 1u) << "round " << round;
+    }
+  }
+  // Each shard's owner judges its slice: the NaN lies in shard 0 only, the 1e6x in every shard.
+  const uint64_t shards = pattern == ExchangePattern::sharded ? 3 : 1;
+  EXPECT_GE(refused.at("a"), 1 + shards);  // the first round of each spell at least
+  EXPECT_EQ(refused.at("b"), refused.at("a"));  // every replica applied the same refusals
+  EXPECT_EQ(refused.at("c"), refused.at("a"));
+
+  const auto [averaged_unchecked, refused_unchecked, finals_unchecked] = play(0);
+  for (uint64_t round = 10; round <= 12; ++round) EXPECT_EQ(averaged_unchecked.at(round).count("c"), 1u) << round;
+  for (uint64_t round = 4; round <= 6; ++round) EXPECT_EQ(averaged_unchecked.at(round).count("c"), 0u) << round;
+  EXPECT_NE(finals_unchecked.at("a"), finals.at("a"));
+}
+
+TEST(ProtocolFaults, ANaNOrHugeContributionIsLeftOutByTheAgreementAllGather) {
+  expect_bad_contributions_left_out(ExchangePattern::all_gather);
+}
+
+TEST(ProtocolFaults, ANaNOrHugeContributionIsLeftOutByTheAgreementSharded) {
+  expect_bad_contributions_left_out(ExchangePattern::sharded);
 }
 
 // A worker whose clock ran 10 minutes ahead, then died: its heartbeats looked fresh for those

@@ -35,7 +35,7 @@ using mirror::kOutboxDir;
 using mirror::kRequestsDir;
 using mirror::kSentSuffix;
 
-const FileIdentity kRun{"run-1", 0x1234};
+const FileIdentity kRun{"run-1", 0x1234, nullptr};
 constexpr uint64_t kPartBytes = 2000;  // several parts per file
 const char* const kFiles[] = {"model.safetensors", "optimizer.safetensors", "state.json", "manifest.json"};
 
@@ -377,15 +377,48 @@ TEST(FolderCheckpoint, ManifestsOfAnotherRunAreSkipped) {
   const fs::path a = root / "a", b = root / "b";
   DiskMirror ma(a), mb(b);
   publish(a, 100, "a");
-  publish(a, 300, "x", FileIdentity{"run-2", kRun.model_fingerprint});
-  publish(a, 400, "y", FileIdentity{kRun.run_id, 0x9999});
+  publish(a, 300, "x", FileIdentity{"run-2", kRun.model_fingerprint, nullptr});
+  publish(a, 400, "y", FileIdentity{kRun.run_id, 0x9999, nullptr});
   sync(a, b);
   for (DiskMirror* m : {&ma, &mb}) {
     const std::vector<FolderCheckpoint> listed = list_folder_checkpoints(*m, kRun);
     ASSERT_EQ(listed.size(), 1u) << m->local();
     EXPECT_EQ(listed[0].step, 100u);
   }
-  EXPECT_EQ(list_folder_checkpoints(mb, FileIdentity{"run-2", kRun.model_fingerprint}).at(0).step, 300u);
+  EXPECT_EQ(list_folder_checkpoints(mb, FileIdentity{"run-2", kRun.model_fingerprint, nullptr}).at(0).step, 300u);
+  fs::remove_all(root);
+}
+
+// In a signed run (Note [Signed files]) a checkpoint's manifest and parts carry the run key's
+// tags: a reader with the key lists and fetches them; one with another run's key skips the
+// manifest, and a part swapped for a stranger's copy fails the fetch.
+TEST(FolderCheckpoint, ASignedRunsCheckpointsNeedItsKey) {
+  const fs::path root = fresh_dir("signed");
+  const fs::path a = root / "a", b = root / "b";
+  DiskMirror ma(a), mb(b);
+  const auto mac = [](const char* secret) {
+    return std::make_shared<const wire::FileMac>(wire::RunSecret::from_text(secret, "test"));
+  };
+  const FileIdentity signed_run{kRun.run_id, kRun.model_fingerprint, mac("the run's own secret")};
+  const FileIdentity other_key{kRun.run_id, kRun.model_fingerprint, mac("some other run's secret")};
+  publish(a, 100, "a", signed_run);
+  sync(a, b);
+  EXPECT_TRUE(list_folder_checkpoints(mb, other_key).empty());
+  EXPECT_EQ(list_folder_checkpoints(mb, kRun).size(), 1u);  // an unsigned reader cannot check, and reads
+  const std::vector<FolderCheckpoint> listed = list_folder_checkpoints(mb, signed_run);
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_FALSE(fetch_folder_checkpoint(mb, listed[0], signed_run, b / "run" / "step_100"));  // asks for the parts
+  sync(a, b);
+  // b's copy of part 0 replaced by the same part framed without the key, as a stranger could.
+  const fs::path part = b / kInboxDir / listed[0].dir_rel / "part-0000.gbx";
+  ASSERT_TRUE(fs::exists(part));
+  const std::string genuine = read_file(part);
+  const wire::WireFile file = wire::parse(genuine, "part");
+  put(part, wire::frame(file.header, file.payload));
+  EXPECT_THROW(fetch_folder_checkpoint(mb, listed[0], signed_run, b / "run" / "step_100"), InputError);
+  put(part, genuine);
+  ASSERT_TRUE(fetch_folder_checkpoint(mb, listed[0], signed_run, b / "run" / "step_100"));
+  expect_same_files(root / "local_step_100", b / "run" / "step_100");
   fs::remove_all(root);
 }
 

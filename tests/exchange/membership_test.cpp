@@ -138,6 +138,79 @@ TEST(RunStatus, AHeartbeatFromTheFutureAgesFromWhenItGotHere) {
   fs::remove_all(dir);
 }
 
+// When each worker reaches Drive's daily upload cap at the rate it uploads (issue "A shared
+// folder is hostile territory": quota awareness).
+TEST(RunStatus, SaysWhenEachWorkerReachesTheUploadCap) {
+  constexpr uint64_t GB = 1000ull * 1000 * 1000;
+  EXPECT_EQ(seconds_to_upload_cap(800 * GB, 1e6, 750 * GB), 0.0);             // over it already
+  EXPECT_FALSE(seconds_to_upload_cap(10 * GB, 750.0 * GB / 86400 * 0.99, 750 * GB).has_value());  // never, at this rate
+  EXPECT_NEAR(*seconds_to_upload_cap(50 * GB, 1e7, 750 * GB), 700e9 / 1e7, 1e-6);  // 19.4 h
+
+  const fs::path dir = fs::temp_directory_path() / ("gradbox_status_cap_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::system_clock::now().time_since_epoch()).count();
+  // fast: 20 MB/s for its hour of life (72 GB, all in the last day); slow: 1 MB/s; full: at the cap.
+  auto put = [&](const std::string& worker, uint64_t uploaded, uint64_t day) {
+    wire::FileHeader header;
+    header.set_run_id("run");
+    header.set_created_unix_ms(now);
+    wire::Heartbeat* hb = header.mutable_heartbeat();
+    hb->set_worker(worker);
+    hb->set_sequence(1);
+    hb->set_state("live");
+    hb->set_started_unix_ms(now - 3600'000);
+    hb->set_bytes_uploaded(uploaded);
+    hb->set_bytes_uploaded_24h(day);
+    const fs::path file = dir / "members" / worker / "hb-0000000000001-x.gbx";
+    fs::create_directories(file.parent_path());
+    write_file_atomic(file, wire::frame(header, {}));
+  };
+  put("fast", 72 * GB, 72 * GB);
+  put("slow", 3600ull * 1000 * 1000, 3600ull * 1000 * 1000);
+  put("full", 760 * GB, 760 * GB);
+  const RunStatus status = read_run_status(dir, 60);
+  ASSERT_EQ(status.members.size(), 3u);
+  EXPECT_NEAR(status.members[0].upload_bytes_per_s, 2e7, 1e5);  // "fast" sorts first
+  const std::string text = format_run_status(status);
+  auto line_of = [&](const std::string& worker) {
+    const size_t at = text.find("\n" + worker + " ");
+    return text.substr(at + 1, text.find('\n', at + 1) - at - 1);
+  };
+  EXPECT_NE(line_of("fast").find("reaches the daily upload cap in 9.4 h"), std::string::npos) << text;  // 678 GB at 20 MB/s
+  EXPECT_EQ(line_of("slow").find("cap in"), std::string::npos) << text;
+  EXPECT_NE(line_of("full").find("AT THE DAILY UPLOAD CAP"), std::string::npos) << text;
+  // A smaller cap (--upload-cap-gb 100): the fast one is there in 0.4 h.
+  EXPECT_NE(format_run_status(read_run_status(dir, 60, {}, 100 * GB)).find("cap in 0.4 h"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+// A worker warns as its last day's uploads near --upload-cap-gb and when they reach it: once each.
+TEST(ExchangeContext, UploadsNearingTheDailyCapAreWarnedOnce) {
+  mirror::Simulation sim;
+  mirror::SimFolder folder(sim, 1);
+  uint64_t warnings_at_79 = 0, warnings_at_85 = 0, warnings_at_120 = 0;
+  sim.spawn("me", [&](mirror::Clock& clock) {
+    FolderExchangeConfig config;
+    config.run_id = "run";
+    config.worker = "me";
+    config.upload_cap_bytes = 1000;
+    ExchangeContext context(config, folder.disk("me"), clock);
+    const std::string ten(10, 'x');
+    for (int i = 0; i < 79; ++i) context.publish("f/" + std::to_string(i), ten);
+    warnings_at_79 = context.stats.upload_cap_warnings;
+    for (int i = 79; i < 85; ++i) context.publish("f/" + std::to_string(i), ten);
+    warnings_at_85 = context.stats.upload_cap_warnings;
+    for (int i = 85; i < 120; ++i) context.publish("f/" + std::to_string(i), ten);
+    warnings_at_120 = context.stats.upload_cap_warnings;
+  });
+  sim.run_until(10);
+  EXPECT_EQ(warnings_at_79, 0u);
+  EXPECT_EQ(warnings_at_85, 1u);   // past 80%
+  EXPECT_EQ(warnings_at_120, 2u);  // at the cap, and not again for every file after it
+  sim.kill_all();
+}
+
 // A worker that looks at the folder less often than the blind-spell threshold (a slow poll; a
 // DiLoCo worker between inner steps) and finds new listings at every look was never blind; one
 // whose looks find the listings standing still was, from its last good look on. Found by

@@ -137,6 +137,8 @@ def main():
     for name in ("colab_worker.ipynb", "kaggle_worker.ipynb"):
         nbformat.validate(nbformat.read(os.path.join(ARGS.source, "notebooks", name), as_version=4))
 
+    # A signed run: the kernels inherit the secret as a notebook takes it from the platform.
+    os.environ["GRADBOX_RUN_SECRET"] = "the notebooks' test run secret"
     a = Kernel("a", parameters(work, "a", 0, "a,b"))
     a.start()
     cache = os.path.join(work, "drive", "gradbox", "build-cache")
@@ -187,6 +189,8 @@ def main():
     for worker in ("a", "b", "c"):
         line = next((l for l in status.splitlines() if l.split()[:1] == [worker]), "")
         check(" left" in line, f"{worker} did not announce its departure:\n{status}")
+    check("UNSIGNED" not in status, f"the notebooks' workers did not sign their files:\n{status}")
+    check("every file is signed" in a.output("# gradbox's source"), "the source cell did not take the run secret")
     print(f"notebooks: a {len(ra)} rounds, b {len(rb)}, c {len(rc)} (joined mid-run, trained {c_trained}); twin refused; plots, export,"
           " cache and departures checked")
     for k in (a, b, c):  # the setup times README quotes

@@ -1,6 +1,8 @@
 // The engine against a mounted (plain directory) shared folder, one pass at a time.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <fstream>
 #include <set>
 #include <nlohmann/json.hpp>
@@ -467,6 +469,119 @@ TEST(Syncer, FlagFromEarlierRunIsRespectedAndHiddenAndTempNamesSkipped) {
   write_bytes(f.local / kInboxDir / flag_of("a"), "");
   f.syncer->run_pass();
   EXPECT_EQ(files_under(f.local / kInboxDir), std::vector<std::string>{flag_of("a")});
+}
+
+}  // namespace
+}  // namespace gradbox::syncer
+
+namespace gradbox::syncer {
+namespace {
+
+using namespace testing;
+
+// Faults a hostile or careless writer of the shared folder caused (issue "A shared folder is
+// hostile territory"), each reproduced: a link to a file of the syncer's machine was copied into
+// its quarantine; a header declaring an absurd size was re-checked without end; directories
+// where files belong said nothing; a control file of any size was mirrored.
+
+TEST(SyncerFaults, ALinkIsNeverFollowedAndIsLoggedOnce) {
+  Fixture f("links");
+  const fs::path outside = f.root / "outside-secret.txt";
+  write_bytes(outside, "a file of the syncer's own machine");
+  const std::string genuine = framed_file(2);
+  write_bytes(f.root / "outside.gbx", genuine);  // even a valid gradbox file is not read through a link
+  fs::create_directories(f.shared / "rounds" / "r00000001");
+  fs::create_symlink(outside, f.shared / "rounds" / "r00000001" / "g-a-s0-x.gbx");
+  fs::create_symlink(f.root / "outside.gbx", f.shared / "rounds" / "r00000001" / "g-b-s0-x.gbx");
+  fs::create_directory_symlink(f.root, f.shared / "rounds" / "r00000002");  // a linked folder: not entered
+  fs::create_symlink(outside, f.shared / kControlFile);
+  for (int i = 0; i < 3; ++i) f.syncer->run_pass();
+  const nlohmann::json s = f.stats();
+  EXPECT_EQ(s["flagged"], 0);
+  EXPECT_EQ(s["bytes_downloaded"], 0);
+  EXPECT_EQ(s["quarantined"], 4);  // three links where files belong and the linked folder
+  for (const auto& q : s["quarantined_files"])
+    EXPECT_NE(q["reason"].get<std::string>().find("symbolic link"), std::string::npos) << q.dump();
+  EXPECT_FALSE(fs::exists(f.local / kInboxDir / kControlFile));
+  // Nothing of the linked files' bytes was copied anywhere under the local folder.
+  for (const auto& file : fs::recursive_directory_iterator(f.local))
+    if (file.is_regular_file()) {
+      EXPECT_EQ(read_file(file.path()).find("syncer's own machine"), std::string::npos) << file.path();
+    }
+  EXPECT_EQ(read_file(f.local / kQuarantineDir / "rounds" / "r00000001" / "g-b-s0-x.gbx"), "");
+}
+
+TEST(SyncerFaults, DirectoriesAndSpecialFilesWhereFilesBelongAreLoggedOnce) {
+  Fixture f("not_files");
+  fs::create_directories(f.shared / "rounds" / "r00000001" / "g-a-s0-x.gbx");      // empty
+  fs::create_directories(f.shared / "rounds" / "r00000001" / "c-s0-e0-a-x.gbx" / "inside");
+  write_bytes(f.shared / "rounds" / "r00000001" / "c-s0-e0-a-x.gbx" / "inside" / "f.gbx", framed_file(3));
+  fs::create_directories(f.shared / kControlFile);
+  ASSERT_EQ(::mkfifo((f.shared / "rounds" / "r00000001" / "h.gbx").c_str(), 0600), 0);
+  for (int i = 0; i < 3; ++i) f.syncer->run_pass();
+  const nlohmann::json s = f.stats();
+  EXPECT_EQ(s["quarantined"], 4) << s.dump();
+  EXPECT_EQ(s["flagged"], 0);  // nothing inside a directory named like a file is read
+  std::set<std::string> reasons;
+  for (const auto& q : s["quarantined_files"]) reasons.insert(q["reason"].get<std::string>().substr(0, 12));
+  EXPECT_EQ(reasons, (std::set<std::string>{"a directory ", "a special fi"}));
+  // The layout's own folders are not entries: a real file in one is flagged as always.
+  write_bytes(f.shared / "rounds" / "r00000001" / "g-b-s0-y.gbx", framed_file(4));
+  f.syncer->run_pass();
+  EXPECT_EQ(f.stats()["flagged"], 1);
+  EXPECT_EQ(f.stats()["quarantined"], 4);
+}
+
+TEST(SyncerFaults, AnAbsurdDeclaredSizeIsRejectedOnceNotRecheckedForever) {
+  Fixture f("absurd", /*max_attempts=*/3, /*quarantine_after_s=*/1e9);
+  wire::FileHeader header;
+  header.set_run_id("t");
+  header.mutable_heartbeat()->set_worker("x");
+  const std::string payload(100000, 'p');
+  std::string bytes = wire::frame(header, payload);
+  {  // the same header declaring 2^60 bytes, its checksum made right
+    wire::FileHeader h;
+    ASSERT_TRUE(h.ParseFromString(bytes.substr(wire::kPreambleSize, *reinterpret_cast<const uint32_t*>(&bytes[12]))));
+    h.set_payload_length(uint64_t{1} << 60);
+    std::string hb;
+    h.SerializeToString(&hb);
+    const uint32_t len = static_cast<uint32_t>(hb.size());
+    const uint64_t sum = checksum64(hb.data(), hb.size());
+    bytes = bytes.substr(0, 12) + std::string(reinterpret_cast<const char*>(&len), 4) +
+            std::string(reinterpret_cast<const char*>(&sum), 8) + hb + payload;
+  }
+  const wire::Verification v = wire::verify_head(bytes, bytes.size());
+  EXPECT_EQ(v.state, wire::FileState::corrupt);
+  EXPECT_TRUE(v.hopeless);
+  write_bytes(f.shared / "rounds" / "r00000001" / "g-a-s0-x.gbx", bytes);
+  f.syncer->run_pass();
+  nlohmann::json s = f.stats();
+  EXPECT_EQ(s["quarantined"], 1);
+  EXPECT_NE(s["quarantined_files"][0]["reason"].get<std::string>().find("declares a payload of"), std::string::npos);
+  const uint64_t looked = s["bytes_downloaded"].get<uint64_t>();
+  EXPECT_LT(looked, 1000u);  // its head, never a whole copy
+  for (int i = 0; i < 5; ++i) f.syncer->run_pass();
+  s = f.stats();
+  EXPECT_EQ(s["bytes_downloaded"].get<uint64_t>(), looked);  // never looked at again
+  EXPECT_EQ(s["incomplete_seen"], 0);
+}
+
+TEST(SyncerFaults, AnOversizedControlFileIsNeverCopied) {
+  Fixture f("control_big");
+  SyncerOptions o = f.options();
+  o.control_refresh_s = 0;
+  f.start(o);
+  const fs::path mirrored = f.local / kInboxDir / kControlFile;
+  write_bytes(f.shared / kControlFile, R"({"dropout": 0.1})");
+  f.syncer->run_pass();
+  ASSERT_EQ(read_file(mirrored), R"({"dropout": 0.1})");
+  const uint64_t before = f.stats()["bytes_downloaded"].get<uint64_t>();
+  // Valid JSON, and 100 MB of it.
+  write_bytes(f.shared / kControlFile, R"({"dropout": 0.2, "pad": ")" + std::string(100 << 20, 'x') + "\"}");
+  for (int i = 0; i < 3; ++i) f.syncer->run_pass();
+  EXPECT_EQ(read_file(mirrored), R"({"dropout": 0.1})");
+  EXPECT_EQ(f.stats()["control_rejected"], 1);  // one warning for the size
+  EXPECT_LT(f.stats()["bytes_downloaded"].get<uint64_t>() - before, mirror::kMaxControlBytes);
 }
 
 }  // namespace

@@ -45,7 +45,7 @@ TEST(Envelope, RoundTrip) {
   EXPECT_EQ(v.expected_size, bytes.size());
   WireFile file = parse(bytes, "f");
   EXPECT_EQ(file.payload, payload);
-  EXPECT_EQ(file.header.version(), kWireVersion);
+  EXPECT_EQ(file.header.version(), kUnsignedWireVersion);  // readable by builds before signing
   EXPECT_EQ(file.header.payload_length(), payload.size());
   EXPECT_EQ(file.header.gradient().round(), 7u);
   EXPECT_EQ(file.header.gradient().worker(), "a");

@@ -1,0 +1,43 @@
+#include "exchange/contribution_check.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/error.h"
+
+namespace gradbox::exchange {
+
+ContributionNorm measure_contribution(const float* values, size_t n) {
+  // Four partial sums: the loop vectorises, and a NaN or Inf anywhere leaves its sum non-finite.
+  double sums[4] = {0, 0, 0, 0};
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4)
+    for (size_t j = 0; j < 4; ++j) sums[j] += static_cast<double>(values[i + j]) * values[i + j];
+  for (; i < n; ++i) sums[0] += static_cast<double>(values[i]) * values[i];
+  const double total = sums[0] + sums[1] + sums[2] + sums[3];
+  // Squares of finite floats cannot overflow a double; Inf or NaN can only come from the values.
+  if (!std::isfinite(total)) return ContributionNorm{false, 0};
+  return ContributionNorm{true, std::sqrt(total)};
+}
+
+std::vector<std::optional<std::string>> contribution_refusals(const std::vector<ContributionNorm>& norms,
+                                                              double max_norm_ratio) {
+  std::vector<std::optional<std::string>> refusals(norms.size());
+  std::vector<double> finite;
+  for (size_t i = 0; i < norms.size(); ++i) {
+    if (norms[i].finite) finite.push_back(norms[i].norm);
+    else refusals[i] = "a value that is not finite (NaN or Inf)";
+  }
+  if (max_norm_ratio <= 0 || finite.size() < 2) return refusals;
+  std::sort(finite.begin(), finite.end());
+  const double median = finite[(finite.size() - 1) / 2];  // the lower median
+  if (median <= 0) return refusals;  // zero updates say nothing about the scale of the others
+  const double bound = max_norm_ratio * median;
+  for (size_t i = 0; i < norms.size(); ++i)
+    if (norms[i].finite && norms[i].norm > bound)
+      refusals[i] = str("L2 norm ", norms[i].norm, " is over ", max_norm_ratio, "x the median contribution's (",
+                        median, ")");
+  return refusals;
+}
+
+}  // namespace gradbox::exchange

@@ -1,0 +1,113 @@
+#include "wire/file_mac.h"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+
+#include <cstdlib>
+
+#include "common/atomic_file.h"
+#include "common/error.h"
+
+namespace gradbox::wire {
+namespace {
+
+constexpr std::string_view kContext = "gradbox file mac 1";
+
+std::string_view trimmed(std::string_view text) {
+  const auto space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
+  while (!text.empty() && space(text.front())) text.remove_prefix(1);
+  while (!text.empty() && space(text.back())) text.remove_suffix(1);
+  return text;
+}
+
+void append_field(std::string& out, std::string_view field) {
+  const uint64_t size = field.size();  // length-prefixed: no two field lists encode alike
+  out.append(reinterpret_cast<const char*>(&size), sizeof(size));
+  out.append(field);
+}
+
+// EVP_MAC "POLY1305", fetched once.
+EVP_MAC* poly1305() {
+  static EVP_MAC* mac = [] {
+    EVP_MAC* m = EVP_MAC_fetch(nullptr, "POLY1305", nullptr);
+    GB_CHECK(m != nullptr, "OpenSSL has no POLY1305 MAC");
+    return m;
+  }();
+  return mac;
+}
+
+}  // namespace
+
+RunSecret RunSecret::from_text(std::string_view text, const std::string& origin) {
+  const std::string_view secret = trimmed(text);
+  if (secret.size() < kMinSize)
+    throw InputError(str(origin, ": a run secret needs at least ", kMinSize, " characters, this one has ", secret.size(),
+                         " (`gradbox secret` makes one)"));
+  return RunSecret(std::string(secret));
+}
+
+std::optional<RunSecret> RunSecret::find(const std::optional<std::filesystem::path>& file) {
+  if (file) return from_text(read_file(*file), file->string());
+  if (const char* text = std::getenv(kEnvironmentVariable); text && *text) return from_text(text, kEnvironmentVariable);
+  return std::nullopt;
+}
+
+RunSecret RunSecret::generate() {
+  unsigned char bytes[32];
+  GB_CHECK(RAND_bytes(bytes, sizeof(bytes)) == 1, "OpenSSL's random generator failed");
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string text;
+  for (unsigned char b : bytes) {
+    text += kHex[b >> 4];
+    text += kHex[b & 15];
+  }
+  return RunSecret(std::move(text));
+}
+
+FileMac::FileMac(const RunSecret& secret) : secret_(secret.text()) {}
+
+FileMac::~FileMac() { OPENSSL_cleanse(secret_.data(), secret_.size()); }
+
+std::string FileMac::new_nonce() {
+  std::string nonce(kNonceSize, '\0');
+  GB_CHECK(RAND_bytes(reinterpret_cast<unsigned char*>(nonce.data()), static_cast<int>(nonce.size())) == 1,
+           "OpenSSL's random generator failed");
+  return nonce;
+}
+
+FileMac::Tag FileMac::tag(std::string_view run_id, std::string_view rel, std::string_view nonce,
+                          std::string_view signed_bytes) const {
+  std::string context;
+  for (std::string_view field : {kContext, run_id, rel, nonce}) append_field(context, field);
+  unsigned char key[32];
+  unsigned int key_size = 0;
+  GB_CHECK(HMAC(EVP_sha256(), secret_.data(), static_cast<int>(secret_.size()),
+                reinterpret_cast<const unsigned char*>(context.data()), context.size(), key, &key_size) != nullptr &&
+               key_size == sizeof(key),
+           "HMAC-SHA256 failed");
+  EVP_MAC_CTX* ctx = EVP_MAC_CTX_new(poly1305());
+  GB_CHECK(ctx != nullptr, "EVP_MAC_CTX_new failed");
+  struct Free {
+    EVP_MAC_CTX* ctx;
+    unsigned char* key;
+    ~Free() {
+      EVP_MAC_CTX_free(ctx);
+      OPENSSL_cleanse(key, 32);
+    }
+  } free_at_exit{ctx, key};
+  Tag out{};
+  size_t out_size = 0;
+  GB_CHECK(EVP_MAC_init(ctx, key, sizeof(key), nullptr) == 1 &&
+               EVP_MAC_update(ctx, reinterpret_cast<const unsigned char*>(signed_bytes.data()), signed_bytes.size()) == 1 &&
+               EVP_MAC_final(ctx, out.data(), &out_size, out.size()) == 1 && out_size == out.size(),
+           "Poly1305 failed");
+  return out;
+}
+
+bool FileMac::equal(const Tag& a, std::string_view b) {
+  return b.size() == a.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+}  // namespace gradbox::wire
