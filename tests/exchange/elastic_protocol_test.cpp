@@ -2,6 +2,8 @@
 // loop of the simulator (sim/sim_worker.h): join, rounds, checkpoints, repair, leave. First the
 // elastic behaviours (joins, adaptive deadlines, repair), then faults the protocol once did not
 // survive, each reproduced.
+// One file on purpose: every test here drives the same ElasticRun harness below, and the
+// protocol faults reproduced at the end share it; split, each half would copy the harness.
 #include <gtest/gtest.h>
 
 #include <iostream>
