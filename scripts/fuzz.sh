@@ -9,12 +9,13 @@
 #
 #   scripts/fuzz.sh [SECONDS] [TARGET...]     targets: envelope codec control_json
 #                                             checkpoint_manifest model_config gpt2_tokenizer
+#                                             safetensors
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_EACH=${1:-300}
 shift || true
 TARGETS=("$@")
-((${#TARGETS[@]})) || TARGETS=(envelope codec control_json checkpoint_manifest model_config gpt2_tokenizer)
+((${#TARGETS[@]})) || TARGETS=(envelope codec control_json checkpoint_manifest model_config gpt2_tokenizer safetensors)
 BUILD=${FUZZ_BUILD_DIR:-build-fuzz}
 JOBS=${GRADBOX_BUILD_JOBS:-2}
 

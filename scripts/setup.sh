@@ -30,7 +30,8 @@ APT_PACKAGES=(
   libprotobuf-dev protobuf-compiler libspdlog-dev libfmt-dev
   libcli11-dev nlohmann-json3-dev libsentencepiece-dev libssl-dev rclone
 )
-((TESTS)) && APT_PACKAGES+=(libgtest-dev fortunes fortunes-ru bible-kjv bible-kjv-text)
+# util-linux (unshare) and mount: the full-disk tests give a worker a small tmpfs of its own.
+((TESTS)) && APT_PACKAGES+=(libgtest-dev fortunes fortunes-ru bible-kjv bible-kjv-text util-linux mount)
 # torch 2.15.0's Linux wheel is built for CUDA 13, the toolkit these machines carry; on a
 # CPU-only machine it runs on the CPU. transformers only checks our Hugging Face exports;
 # matplotlib draws `gradbox plot`; tensorboard's reader checks our event files; nbclient,

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "common/disk_space.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "worker/sidecar.h"
@@ -61,7 +62,14 @@ int main(int argc, char** argv) {
   } catch (const gradbox::InputError& e) {
     std::cerr << "gradbox: error: " << e.what() << "\n";
     return 2;
+  } catch (const gradbox::SystemFault& e) {
+    std::cerr << "gradbox: error: " << e.what() << "\n";
+    return 1;
   } catch (const std::exception& e) {
+    if (gradbox::is_disk_full(e)) {  // from a library that reports it its own way (std::filesystem)
+      std::cerr << "gradbox: error: the disk is full: " << e.what() << "\n";
+      return 1;
+    }
     std::cerr << "gradbox: internal error: " << e.what() << "\n";
     return 70;
   }

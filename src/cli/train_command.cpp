@@ -5,17 +5,20 @@
 
 #include <algorithm>
 #include <csignal>
+#include <fstream>
 #include <set>
 #include <sstream>
 
 #include "cli/commands.h"
-#include "common/json_file.h"
+#include "common/disk_space.h"
 #include "common/error.h"
+#include "common/json_file.h"
 #include "common/log.h"
 #include "exchange/folder_exchange.h"
 #include "transport/hybrid_exchange.h"
 #include "transport/network_exchange.h"
 #include "mirror/sync_contract.h"
+#include "worker/checkpoint.h"
 #include "worker/memory_plan.h"
 #include "worker/sidecar.h"
 #include "worker/trainer.h"
@@ -273,6 +276,7 @@ exchange::FolderExchangeConfig exchange_config(const SharedFlags& f, const worke
   c.max_norm_ratio = f.max_norm_ratio;
   GB_REQUIRE(f.upload_cap_gb > 0, "--upload-cap-gb ", f.upload_cap_gb, ": must be positive");
   c.upload_cap_bytes = static_cast<uint64_t>(f.upload_cap_gb * 1e9);
+  c.grad_accum = train.grad_accum;
   c.sync = worker::describe_sync(train);
   c.late_entry = train.sync == worker::SyncMode::diloco && train.round_seconds > 0;  // Note [Late entry]
   // Note [Overlapped time-boxed rounds] in exchange/folder_exchange.h.
@@ -343,6 +347,53 @@ std::unique_ptr<worker::Sidecar> start_syncer(const SharedFlags& f, const std::f
   }
   for (const std::string& arg : split(f.sync_args, ' ')) argv.push_back(arg);
   return std::make_unique<worker::Sidecar>(argv, local / mirror::kSyncerLogFile);
+}
+
+// The last line of a log that has one (the tail only: a syncer's log can be long).
+std::string last_line_of(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return "";
+  const std::streamoff size = in.tellg();
+  const std::streamoff from = std::max<std::streamoff>(0, size - 4096);
+  in.seekg(from);
+  std::string tail(static_cast<size_t>(size - from), '\0');
+  in.read(tail.data(), static_cast<std::streamsize>(tail.size()));
+  while (!tail.empty() && (tail.back() == '\n' || tail.back() == '\r')) tail.pop_back();
+  return tail.substr(tail.rfind('\n') == std::string::npos ? 0 : tail.rfind('\n') + 1);
+}
+
+// The syncer is gone: say why, in words the user can act on.
+[[noreturn]] void syncer_exited(worker::Sidecar& sidecar, const std::filesystem::path& local) {
+  const std::filesystem::path log = local / mirror::kSyncerLogFile;
+  const std::string last = last_line_of(log);
+  if (sidecar.exit_status() == mirror::kSyncerExitLocalDiskFull) {  // Note [A full disk]
+    // Its last words name the file, when the full disk let it write them.
+    const std::optional<uint64_t> free = free_bytes(local);
+    const std::string why = last.find("disk is full") != std::string::npos ? str(" (", last, ")")
+                            : free ? str(" (", bytes_text(*free), " free there)")
+                                   : std::string();
+    throw DiskFullError(local.string(), str("the disk is full: the syncer (gradbox-sync) could not write under ",
+                                            local.string(), why, "; see ", log.string()));
+  }
+  throw SystemFault(str("the syncer (gradbox-sync) exited with status ", sidecar.exit_status(),
+                        last.empty() ? "" : str(", saying: ", last), "; see ", log.string()));
+}
+
+// Trains until `should_stop` says so; a full disk ends the run saying where the last whole
+// checkpoint is (Note [A full disk]).
+worker::TrainSummary run_until_stopped(worker::Trainer& trainer, const worker::StopPredicate& should_stop,
+                                       const std::filesystem::path& run_dir) {
+  try {
+    return trainer.run(should_stop);
+  } catch (const std::exception& e) {
+    std::string path;
+    if (!is_disk_full(e, &path)) throw;
+    const std::optional<std::filesystem::path> last = worker::find_latest_checkpoint(run_dir);
+    throw DiskFullError(path, str(dynamic_cast<const DiskFullError*>(&e) ? "" : "the disk is full: ", e.what(), ". ",
+                                  last ? str("The last checkpoint, ", last->string(),
+                                             ", is whole: free space and start this worker again to resume from it")
+                                       : std::string("No checkpoint was written yet")));
+  }
 }
 
 // `gradbox train --help` lists its ~70 flags under these headings, the few a new user needs
@@ -537,8 +588,8 @@ void add_train_command(CLI::App& app) {
     if (*memory_report) return print_memory_report(config, *shared, *memory_budget_gb);
     worker::Trainer trainer(config);
     std::unique_ptr<worker::Sidecar> syncer;
+    const std::filesystem::path local = shared->local.empty() ? config.out_dir / "sync" : std::filesystem::path(shared->local);
     if (many) {
-      const std::filesystem::path local = shared->local.empty() ? config.out_dir / "sync" : std::filesystem::path(shared->local);
       exchange::FolderExchangeConfig exchange = exchange_config(*shared, config, trainer, local);
       // A run's folder is made by whoever comes first (an rclone remote makes its own), but only
       // inside an existing folder: a missing parent is an unmounted drive, not a new run.
@@ -562,9 +613,7 @@ void add_train_command(CLI::App& app) {
           if (!syncer) syncer = start_syncer(*shared, local);
           worker::Sidecar* sidecar = syncer.get();
           exchange.check_alive = [sidecar, local] {
-            if (sidecar && !sidecar->running())
-              throw std::runtime_error(
-                  str("the syncer (gradbox-sync) exited; see ", (local / mirror::kSyncerLogFile).string()));
+            if (sidecar && !sidecar->running()) syncer_exited(*sidecar, local);
           };
           return exchange::make_folder_exchange(exchange);
         };
@@ -594,8 +643,8 @@ void add_train_command(CLI::App& app) {
     // parameters once, after step N, as a silent divergence (a bad GPU, a flipped bit) would.
     const char* perturb = std::getenv("GRADBOX_FAULT_PERTURB_STEP");
     int64_t perturb_step = perturb ? std::atoll(perturb) : -1;
-    worker::TrainSummary summary = trainer.run([&](int64_t step) {
-      if (sidecar && !sidecar->running()) throw std::runtime_error("the syncer (gradbox-sync) exited; see its log");
+    worker::TrainSummary summary = run_until_stopped(trainer, [&](int64_t step) {
+      if (sidecar && !sidecar->running()) syncer_exited(*sidecar, local);
       if (step == perturb_step) {
         torch::NoGradGuard no_grad;
         trainer.flat().params().add_(1e-3);
@@ -603,7 +652,7 @@ void add_train_command(CLI::App& app) {
         perturb_step = -1;
       }
       return g_stop_signal != 0 || (stop_at > 0 && step >= stop_at);
-    });
+    }, config.out_dir);
     if (syncer) syncer->stop();
     std::signal(SIGINT, SIG_DFL);
     std::signal(SIGTERM, SIG_DFL);

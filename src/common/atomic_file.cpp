@@ -10,6 +10,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "common/disk_space.h"
 #include "common/error.h"
 
 namespace gradbox {
@@ -27,7 +28,7 @@ fs::path unique_temp_path(const fs::path& final_path) {
 AtomicFileWriter::AtomicFileWriter(fs::path final_path)
     : final_path_(std::move(final_path)), temp_path_(unique_temp_path(final_path_)) {
   fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd_ < 0) throw InputError(str(temp_path_.string(), ": cannot create: ", errno_text()));
+  if (fd_ < 0) throw_write_error(temp_path_, "cannot create", errno);
 }
 
 AtomicFileWriter::~AtomicFileWriter() {
@@ -44,7 +45,7 @@ void AtomicFileWriter::write(const void* data, size_t size) {
   while (size > 0) {
     ssize_t n = ::write(fd_, p, size);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw InputError(str(temp_path_.string(), ": write failed: ", errno_text()));
+    if (n < 0) throw_write_error(temp_path_, "write failed", errno);
     p += n;
     size -= static_cast<size_t>(n);
     written_ += static_cast<uint64_t>(n);
@@ -57,11 +58,11 @@ void AtomicFileWriter::commit(Durability durability) {
   int rc = 0;
   if (durable)
     do rc = ::fsync(fd_); while (rc < 0 && errno == EINTR);
-  if (rc < 0) throw InputError(str(temp_path_.string(), ": fsync failed: ", errno_text()));
+  if (rc < 0) throw_write_error(temp_path_, "fsync failed", errno);
   ::close(fd_);
   fd_ = -1;
   if (::rename(temp_path_.c_str(), final_path_.c_str()) < 0)
-    throw InputError(str(final_path_.string(), ": rename failed: ", errno_text()));
+    throw_write_error(final_path_, "rename failed", errno);
   committed_ = true;
   if (durable) fsync_dir(final_path_.has_parent_path() ? final_path_.parent_path() : fs::path("."));
 }
@@ -84,7 +85,7 @@ void fsync_dir(const fs::path& dir) {
   int rc;
   do rc = ::fsync(fd); while (rc < 0 && errno == EINTR);
   ::close(fd);
-  if (rc < 0) throw InputError(str(dir.string(), ": fsync failed: ", errno_text()));
+  if (rc < 0) throw_write_error(dir, "fsync failed", errno);
 }
 
 // One allocation of the size the file has when opened and one read(2) per 64 MB: exchange

@@ -1,7 +1,10 @@
 #pragma once
-// Two kinds of failure, as in the house style:
+// Three kinds of failure, as in the house style:
 //  - gradbox::InputError: bad input the user can fix (a flag, a file, a config). The message
 //    names the flag or file and the reason; main() prints it and exits non-zero.
+//  - gradbox::SystemFault: the machine let the run down (a full disk, a helper process gone).
+//    Not a bug and not bad input; the message names the path or process, main() prints it as
+//    an error, and nothing retries it in place.
 //  - GB_CHECK: a broken invariant inside gradbox (a bug). Throws std::logic_error with
 //    file:line and the values involved.
 // Expected runtime events (a peer gone, a partial file) are values, not exceptions.
@@ -12,12 +15,29 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 
 namespace gradbox {
 
 class InputError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+class SystemFault : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A write refused for want of space (ENOSPC, or EDQUOT: over quota). Carries the path it could
+// not write, so that a caller can tell its own disk from the shared folder's (common/disk_space.h).
+class DiskFullError : public SystemFault {
+ public:
+  DiskFullError(std::string path, const std::string& message) : SystemFault(message), path_(std::move(path)) {}
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
 };
 
 namespace detail {

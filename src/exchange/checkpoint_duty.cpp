@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "common/disk_space.h"
 #include "common/error.h"
 
 namespace gradbox::exchange {
@@ -80,6 +81,7 @@ void CheckpointDuty::maintain() {
     if (!folder.empty())
       replay_floor_ = folder[std::min(folder.size(), context_.config.keep_folder_checkpoints) - 1].step;
   } catch (const std::exception& e) {
+    if (is_disk_full(e)) throw;  // Note [A full disk]: retrying in place cannot help
     context_.log().error(str("folder checkpoints: ", e.what()));
   }
 }

@@ -31,8 +31,11 @@ struct FolderExchangeConfig {
   // contributions] in exchange/contribution_check.h.
   double max_norm_ratio = 10.0;
   // This worker's upload allowance per 24 hours (Drive: 750 GB per account); publishing warns as
-  // the last day's uploads near it and when they reach it.
+  // the last day's uploads near it and when they reach it, and a run whose pace would reach it
+  // is slowed down (Note [Slowing down before the upload cap] in exchange/control_agreement.h).
   uint64_t upload_cap_bytes = 750ull * 1000 * 1000 * 1000;
+  // The run's --grad-accum: what that slow-down doubles while no live control sets grad_accum.
+  int64_t grad_accum = 1;
   // The founding members (the whole first view when the run is new); empty: this worker alone.
   // Later views come from the agreements (Note [Elastic membership]).
   std::vector<std::string> members;
@@ -54,7 +57,7 @@ struct FolderExchangeConfig {
   // the round's opening by its shard-0 agreement's clock, which realigns the workers each round
   // (Note [Overlapped time-boxed rounds] in folder_exchange.h).
   bool boxes_from_agreement = false;
-  double round_seconds = 0;  // the box (--round-seconds), for boxes_from_agreement
+  double round_seconds = 0;  // the box (--round-seconds): for boxes_from_agreement, and the upload-cap slow-down
   // With boxes_from_agreement: members publish their Δ so far during the box (the trainer's
   // --partial-every), and an owner about to leave a member out pins its newest one instead
   // (Note [Partial deltas] in folder_exchange.h).

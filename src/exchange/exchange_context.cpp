@@ -23,6 +23,7 @@ nlohmann::json ExchangeStats::to_json() const {
           {"rejected_files", rejected_files},
           {"unsigned_or_forged_files", unsigned_or_forged_files},
           {"upload_cap_warnings", upload_cap_warnings},
+          {"upload_cap_slowdowns", upload_cap_slowdowns},
           {"contributions_left_out", contributions_left_out},
           {"contributions_refused", contributions_refused},
           {"fingerprints_checked", fingerprints_checked},
@@ -114,6 +115,7 @@ void ExchangeContext::publish(const std::string& rel, const std::string& bytes) 
   stats.bytes_written += bytes.size();
   if (rel.starts_with(kRoundsDirPrefix)) stats.round_bytes_written += bytes.size();
   uploads_.emplace_back(clock.unix_ms(), bytes.size());
+  if (!first_upload_ms_) first_upload_ms_ = uploads_.back().first;
   check_upload_cap();
 }
 
@@ -133,6 +135,17 @@ void ExchangeContext::check_upload_cap() {
     else log().warn(what + ": `gradbox status` says when it reaches the cap at this rate");
   }
   if (level > upload_warning_level_ || used < kUploadWarnFraction - 0.1) upload_warning_level_ = level;
+}
+
+std::optional<double> ExchangeContext::upload_pace_bytes_per_day() {
+  if (!first_upload_ms_) return std::nullopt;
+  const int64_t now = clock.unix_ms();
+  const double window_s = std::min(kUploadPaceWindowS, static_cast<double>(now - *first_upload_ms_) / 1000);
+  if (window_s < kUploadPaceMinS) return std::nullopt;
+  bytes_published_last_day();  // drops what is older than a day
+  uint64_t bytes = 0;
+  for (auto it = uploads_.rbegin(); it != uploads_.rend() && now - it->first <= window_s * 1000; ++it) bytes += it->second;
+  return static_cast<double>(bytes) / window_s * 86400;
 }
 
 uint64_t ExchangeContext::bytes_published_last_day() {

@@ -38,6 +38,7 @@ struct ExchangeStats {
   uint64_t rejected_files = 0;
   uint64_t unsigned_or_forged_files = 0;  // of those, files whose MAC tag was missing or wrong
   uint64_t upload_cap_warnings = 0;       // the last day's uploads neared or reached --upload-cap-gb
+  uint64_t upload_cap_slowdowns = 0;      // grad_accum doublings this worker proposed for the cap
   uint64_t contributions_left_out = 0;
   uint64_t contributions_refused = 0;  // left out by an agreement for their values (Note [Checked contributions])
   uint64_t fingerprints_checked = 0;
@@ -126,6 +127,11 @@ class ExchangeContext {
   // Publishes a framed file (write-once), counting its bytes for the daily-upload report.
   void publish(const std::string& rel, const std::string& bytes);
   uint64_t bytes_published_last_day();
+  // What this worker's uploads of the last kUploadPaceWindowS (or of its life, when shorter)
+  // come to in a day; nullopt while it has uploaded for less than kUploadPaceMinS.
+  std::optional<double> upload_pace_bytes_per_day();
+  static constexpr double kUploadPaceWindowS = 3600;
+  static constexpr double kUploadPaceMinS = 600;
   // A peer's file (or, with Side::own_first, this worker's own when it has one under that name),
   // parsed and checked to belong to this run; nullopt, logged and counted, when it must not be used.
   // Its payload's buffer comes from `buffers`: give it back there once done with it.
@@ -150,6 +156,7 @@ class ExchangeContext {
  private:
   log::Logger logger_;
   std::deque<std::pair<int64_t, uint64_t>> uploads_;  // (unix ms, bytes) of the last 24 h
+  std::optional<int64_t> first_upload_ms_;
   int upload_warning_level_ = 0;  // 0, 1 (past kUploadWarnFraction of the cap), 2 (at the cap)
   static constexpr double kUploadWarnFraction = 0.8;
   void check_upload_cap();

@@ -34,7 +34,7 @@ std::string Bounds::text() const {
 template <class F>
 void for_each_field(F&& f) {
   f("micro_batch", &LiveControl::micro_batch, Bounds{1, 65536});
-  f("grad_accum", &LiveControl::grad_accum, Bounds{1, 65536});
+  f("grad_accum", &LiveControl::grad_accum, Bounds{1, LiveControl::kMaxGradAccum});
   f("lr_multiplier", &LiveControl::lr_multiplier, Bounds{0, 100, /*lo_open=*/true});
   f("weight_decay", &LiveControl::weight_decay, Bounds{0, 10});
   f("dropout", &LiveControl::dropout, Bounds{0, 1, false, /*hi_open=*/true});

@@ -17,6 +17,7 @@ inline constexpr const char* kLiveControlFile = "control.json";
 struct LiveControl {
   std::optional<int64_t> micro_batch, grad_accum;
   std::optional<double> lr_multiplier, weight_decay, dropout;
+  static constexpr int64_t kMaxGradAccum = 65536;
 
   bool empty() const;
   bool operator==(const LiveControl&) const = default;

@@ -18,6 +18,8 @@
 //                               (names end in unpredictable tokens: Note [Unpredictable names]).
 //   LOCAL/quarantine/<rel>      bytes that never verified.
 //   LOCAL/inbox/control.json    SHARED/control.json, the one file edited in place (by hand).
+//   exit status 28              the local disk is full (Note [A full disk] in
+//                               common/disk_space.h): the syncer could not write under LOCAL.
 //   LOCAL/syncer/stats.json     the syncer's counters; "settled_passes" counts whole listings
 //                               of the shared folder whose downloads were all tried. It does not
 //                               advance while the shared folder cannot be listed.
@@ -36,6 +38,8 @@ inline constexpr std::string_view kSentSuffix = ".sent";
 inline constexpr std::string_view kFlagSuffix = ".flag";
 inline constexpr std::string_view kTempMarker = ".tmp";
 inline constexpr std::string_view kControlFile = "control.json";
+// gradbox-sync's exit status when the local disk is full (ENOSPC's number, for the memory).
+inline constexpr int kSyncerExitLocalDiskFull = 28;
 // A control file is a few hundred bytes of hand-written JSON; a bigger one is not mirrored.
 inline constexpr uint64_t kMaxControlBytes = 64 << 10;
 

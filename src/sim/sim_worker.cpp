@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -10,6 +11,7 @@
 #include "common/checksum.h"
 #include "common/error.h"
 #include "exchange/folder_exchange.h"
+#include "exchange/live_control.h"
 
 namespace gradbox::sim {
 namespace {
@@ -214,9 +216,17 @@ void run_sim_worker(const SimWorkerSpec& spec, mirror::Mirror& mirror, mirror::C
       local.params[i] -= lr * (grad[i] + mu * local.momentum[i]);
     }
   };
+  // Live control's grad_accum (Note [Live control]): per-step rounds take that many steps'
+  // compute and tokens from the round the agreement names, as the trainer's do.
+  int64_t accum = spec.exchange.grad_accum;
+  std::optional<exchange::AgreedControl> pending_control;
   auto run_rounds = [&] {
     while (local.step < spec.rounds) {
       const uint64_t round = local.step + 1;
+      if (pending_control && round >= pending_control->from_round) {
+        accum = exchange::LiveControl::parse(pending_control->json, "the agreed control").grad_accum.value_or(spec.exchange.grad_accum);
+        pending_control.reset();
+      }
       const bool contributes = exchange->will_contribute(round);
       exchange::LocalContribution mine;
       int taken = 0;
@@ -226,9 +236,9 @@ void run_sim_worker(const SimWorkerSpec& spec, mirror::Mirror& mirror, mirror::C
       } else if (contributes) {
         taken = 1;
         toy_gradient(spec.name, round, local.params, grad);
-        compute();
+        for (int64_t i = 0; i < accum; ++i) compute();
         observer.stepped(spec.name, round, clock.now_s());
-        mine = {spec.tokens_per_round, 1.0, false};
+        mine = {spec.tokens_per_round * static_cast<uint64_t>(accum), 1.0, false};
       } else {
         std::fill(grad.begin(), grad.end(), 0.0f);
       }
@@ -238,6 +248,7 @@ void run_sim_worker(const SimWorkerSpec& spec, mirror::Mirror& mirror, mirror::C
       overlapped_s = contributes && !result.resync
                          ? std::min(clock.now_s() - exchange_began, spec.overlap_steps * spec.compute_s)
                          : 0;
+      if (result.control) pending_control = result.control;
       if (result.resync) {
         observer.resynced(spec.name, round);
         reload();

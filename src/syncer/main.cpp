@@ -13,6 +13,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "common/disk_space.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "mirror/sync_contract.h"
@@ -100,8 +101,9 @@ int run_daemon(Syncer& syncer, const Flags& f) {
         if (t.kind == Task::Kind::upload && mirror::is_checkpoint_part(t.rel) && !stopping)
           for (const Task& next : syncer.plan_uploads()) post(next);
       } catch (const std::exception& e) {
-        logger.warn(str("transfer of ", t.rel, " failed (retrying later): ", e.what()));
+        if (!syncer.note_if_disk_full(e)) logger.warn(str("transfer of ", t.rel, " failed (retrying later): ", e.what()));
       }
+      if (syncer.local_disk_full()) asio::post(io, [&] { stop("the local disk is full"); });
     });
   };
 
@@ -117,8 +119,9 @@ int run_daemon(Syncer& syncer, const Flags& f) {
       for (auto& t : tasks) post(t);
       syncer.write_stats_if_changed(/*throttle=*/true);
     } catch (const std::exception& e) {
-      logger.warn(str("poll failed (retrying next poll): ", e.what()));
+      if (!syncer.note_if_disk_full(e)) logger.warn(str("poll failed (retrying next poll): ", e.what()));
     }
+    if (syncer.local_disk_full()) return stop("the local disk is full");
     poll_timer.expires_after(std::chrono::milliseconds(f.poll_ms));
     poll_timer.async_wait([&](const boost::system::error_code& ec) {
       if (!ec) poll();
@@ -138,8 +141,16 @@ int run_daemon(Syncer& syncer, const Flags& f) {
   asio::post(io, poll);
   io.run();
   pool.join();  // finish in-flight transfers
-  syncer.upload_pass();  // a worker's last files (its departure heartbeat) still get published
-  syncer.write_stats_if_changed();
+  try {
+    syncer.upload_pass();  // a worker's last files (its departure heartbeat) still get published
+    syncer.write_stats_if_changed();
+  } catch (const std::exception& e) {
+    if (!syncer.note_if_disk_full(e)) throw;
+  }
+  if (syncer.local_disk_full()) {
+    std::cerr << "gradbox-sync: error: the local disk is full: " << *syncer.local_disk_full() << "\n";
+    return mirror::kSyncerExitLocalDiskFull;
+  }
   logger.info("stopped");
   return 0;
 }
@@ -207,8 +218,14 @@ int main(int argc, char** argv) {
     log::Logger("syncer").info(str("worker ", f.worker, ": ", syncer.backend().name(), " ", f.shared, " <-> ", f.local,
                                    f.once ? " (one pass)" : str(", polling every ", f.poll_ms, " ms, ", f.jobs, " jobs")));
     if (f.once) {
-      syncer.run_pass();
-      return 0;
+      try {
+        syncer.run_pass();
+      } catch (const std::exception& e) {
+        if (!syncer.note_if_disk_full(e)) throw;
+      }
+      if (!syncer.local_disk_full()) return 0;
+      std::cerr << "gradbox-sync: error: the local disk is full: " << *syncer.local_disk_full() << "\n";
+      return mirror::kSyncerExitLocalDiskFull;
     }
     return run_daemon(syncer, f);
   } catch (const InputError& e) {
@@ -216,6 +233,6 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "gradbox-sync: error: " << e.what() << "\n";
-    return 1;
+    return is_disk_full(e) ? mirror::kSyncerExitLocalDiskFull : 1;
   }
 }

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/disk_space.h"
 #include "common/error.h"
 
 namespace gradbox::syncer {
@@ -30,7 +31,9 @@ class Fd {
   int get() const { return fd_; }
   const fs::path& path() const { return path_; }
   [[noreturn]] void fail(const char* what) const {
-    throw BackendError(str(what, " ", path_.string(), ": ", std::strerror(errno)));
+    const int err = errno;
+    if (is_disk_full(err)) throw DiskFullError(path_.string(), disk_full_message(path_, err));  // Note [A full disk]
+    throw BackendError(str(what, " ", path_.string(), ": ", std::strerror(err)));
   }
   size_t read_some(char* buf, size_t n) {
     for (;;) {
@@ -73,6 +76,7 @@ uint64_t copy_fd(Fd& in, Fd& out, uint64_t limit) {
     }
     if (got == 0) return total;  // the end of the file
     if (errno == EINTR) continue;
+    if (is_disk_full(errno)) out.fail("cannot write");
     if (errno != EXDEV && errno != EBADF && errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP) {
       throw BackendError(str("cannot copy ", in.path().string(), " to ", out.path().string(), ": ", std::strerror(errno)));
     }

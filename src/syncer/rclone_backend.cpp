@@ -1,7 +1,10 @@
 #include "syncer/rclone_backend.h"
 
+#include <cerrno>
+
 #include <nlohmann/json.hpp>
 
+#include "common/disk_space.h"
 #include "common/error.h"
 #include "syncer/subprocess.h"
 
@@ -86,7 +89,15 @@ std::optional<uint64_t> RcloneBackend::stat(const std::string& rel) {
 
 void RcloneBackend::download(const std::string& rel, const fs::path& local_path) {
   check_rel(rel);
-  run({"copyto", remote_path(rel), local_path.string()}, false, nullptr);
+  try {
+    run({"copyto", remote_path(rel), local_path.string()}, false, nullptr);
+  } catch (const BackendError& e) {
+    // rclone says so only in words (Go's "no space left on device"); Note [A full disk].
+    const std::string what = e.what();
+    if (what.find("no space left on device") != std::string::npos || what.find("disk quota exceeded") != std::string::npos)
+      throw DiskFullError(local_path.string(), disk_full_message(local_path, ENOSPC));
+    throw;
+  }
 }
 
 void RcloneBackend::upload(const fs::path& local_path, const std::string& rel, UploadMode mode) {

@@ -7,6 +7,7 @@
 
 #include "common/atomic_file.h"
 #include "common/checksum.h"
+#include "common/disk_space.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "wire/envelope.h"
@@ -323,6 +324,7 @@ void Syncer::execute(const Task& task) {
       case Task::Kind::control: do_control_download(task); break;
     }
   } catch (const std::exception& e) {
+    if (note_if_disk_full(e)) return end(task.rel);
     // Backend failures and local I/O errors alike: counted, logged, retried on a later poll.
     const char* verb = task.kind == Task::Kind::upload   ? "upload of "
                        : task.kind == Task::Kind::remove ? "deletion of "
@@ -338,6 +340,35 @@ void Syncer::execute(const Task& task) {
     }
   }
   end(task.rel);
+}
+
+bool Syncer::note_if_disk_full(const std::exception& e) {
+  std::string path;
+  if (!is_disk_full(e, &path)) return false;
+  // A path-less error (a std::system_error) comes from a local call: the backends name theirs.
+  auto under_local = [&] {
+    const fs::path local = fs::absolute(options_.local).lexically_normal();
+    const fs::path where = fs::absolute(path).lexically_normal();
+    return std::mismatch(local.begin(), local.end(), where.begin(), where.end()).first == local.end();
+  };
+  const bool ours = path.empty() || under_local();
+  std::lock_guard lock(mutex_);
+  ++stats_.transfer_errors;
+  changed();
+  if (ours) {
+    if (local_disk_full_) return true;
+    local_disk_full_ = e.what();
+    logger().error(str("the local disk is full: ", e.what(), "; stopping (the worker reports it and stops too)"));
+  } else if (!shared_full_warned_) {
+    shared_full_warned_ = true;
+    logger().warn(str("the shared folder is full: ", e.what(), " (uploads are retried every poll)"));
+  }
+  return true;
+}
+
+std::optional<std::string> Syncer::local_disk_full() const {
+  std::lock_guard lock(mutex_);
+  return local_disk_full_;
 }
 
 void Syncer::note_outage(const std::string& what) {
@@ -387,6 +418,7 @@ void Syncer::do_upload(const std::string& rel) {
   if (!remote) backend_->upload(local, rel, UploadMode::create_new);
   write_file_atomic(outbox_ / marked(rel, kSentSuffix), "");
   std::lock_guard lock(mutex_);
+  shared_full_warned_ = false;
   if (remote && !resumed) {
     logger().info(str(rel, " is already in the shared folder with the same size: marked sent"));
   } else {

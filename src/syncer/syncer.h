@@ -19,6 +19,10 @@
 //               backend recreates it). Each failed call counts in transfer_errors; one warning
 //               starts an outage and one line ends it, at the next good listing.
 //   stats       rewritten atomically when they change.
+//   full disk   a write refused for space under the local folder ends the syncer (Note [A full
+//               disk] in common/disk_space.h): gradbox-sync exits with
+//               mirror::kSyncerExitLocalDiskFull. A full shared folder is warned about once per
+//               spell and its uploads are retried.
 //
 // The engine is driven in steps so tests are deterministic: plan_*() pick the work of one poll
 // (never a path already in flight) and execute() does one transfer; run_pass() does one whole
@@ -117,6 +121,13 @@ class Syncer {
   // One transfer; never throws for backend failures (counted, logged, retried on a later poll).
   void execute(const Task& task);
 
+  // True when `e` is a write refused for space. Under the local folder it is remembered (the
+  // first one) and logged once: the daemon then stops. In the shared folder it is warned about
+  // once until an upload succeeds again.
+  bool note_if_disk_full(const std::exception& e);
+  // The message of the first write refused for space under the local folder, if any.
+  std::optional<std::string> local_disk_full() const;
+
   // One whole pass in this thread: uploads, deletions, downloads. Then writes stats if changed.
   void run_pass();
   void upload_pass();  // uploads only (the final pass before exit)
@@ -169,6 +180,8 @@ class Syncer {
   std::optional<std::chrono::steady_clock::time_point> control_fetched_;
   std::set<uint64_t> control_rejected_;  // checksums of rejected contents: warned about once
   std::set<uint64_t> control_oversized_;  // listed sizes over mirror::kMaxControlBytes: warned about once
+  std::optional<std::string> local_disk_full_;
+  bool shared_full_warned_ = false;      // since the last upload that went through
   uint64_t outage_failures_ = 0;         // failed calls since the last good listing (0: no outage)
   std::optional<std::chrono::steady_clock::time_point> outage_since_;
   SyncerStats stats_;

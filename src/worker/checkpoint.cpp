@@ -59,6 +59,16 @@ fs::path save_checkpoint(const fs::path& run_dir, const CheckpointState& state, 
   const fs::path final_dir = root / step_name(state.step);
   const fs::path temp_dir = root / str(step_name(state.step), ".tmp.", ::getpid());
   fs::remove_all(temp_dir);
+  // A write that fails (a full disk: Note [A full disk] in common/disk_space.h) leaves no half
+  // checkpoint behind to fill the disk further; the last whole one stays as it was.
+  struct RemoveUnlessRenamed {
+    const fs::path& dir;
+    bool renamed = false;
+    ~RemoveUnlessRenamed() {
+      std::error_code ignored;
+      if (!renamed) fs::remove_all(dir, ignored);
+    }
+  } cleanup{temp_dir};
   fs::create_directories(temp_dir);
 
   std::vector<std::pair<std::string, torch::Tensor>> params;
@@ -109,6 +119,7 @@ fs::path save_checkpoint(const fs::path& run_dir, const CheckpointState& state, 
   // A checkpoint of the same step from an earlier, interrupted life of this run is replaced.
   if (fs::exists(final_dir)) fs::remove_all(final_dir);
   fs::rename(temp_dir, final_dir);
+  cleanup.renamed = true;
   fsync_dir(root);
   return final_dir;
 }

@@ -20,6 +20,7 @@ class Sidecar {
 
   pid_t pid() const { return pid_; }
   bool running();  // false once it has exited (reaped)
+  int exit_status() const { return status_; }  // once running() is false: 128 + signal if killed
   // SIGTERM, then SIGKILL after `grace_seconds`; returns the exit status (128 + signal if killed).
   int stop(double grace_seconds = 30);
 

@@ -10,6 +10,7 @@
 
 #include "common/atomic_file.h"
 #include "common/checksum.h"
+#include "common/disk_space.h"
 #include "common/error.h"
 #include "common/json_file.h"
 #include "common/log.h"
@@ -552,7 +553,25 @@ std::filesystem::path Trainer::checkpoint() {
     exchange_->after_checkpoint(static_cast<uint64_t>(round_), dir, static_cast<uint64_t>(tokens_),
                                 replica_state_checksum());
   logger().info(str("checkpoint ", dir.string(), " written in ", format_number(seconds_since(start), "%.2f"), " s"));
+  warn_if_disk_low(dir);
   return dir;
+}
+
+// Note [A full disk] in common/disk_space.h: said while one more checkpoint still fits, once
+// until the space comes back. A folder checkpoint's publisher needs the size again for parts.
+void Trainer::warn_if_disk_low(const std::filesystem::path& checkpoint_dir) {
+  uint64_t bytes = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(checkpoint_dir, ec))
+    if (entry.is_regular_file(ec)) bytes += entry.file_size(ec);
+  const std::optional<uint64_t> free = free_bytes(checkpoint_dir);
+  if (!free) return;
+  const bool low = *free < 2 * bytes;
+  if (low && !disk_low_warned_)
+    logger().warn(str("the disk of ", config_.out_dir.string(), " is nearly full: ", bytes_text(*free),
+                      " free, and a checkpoint takes ", bytes_text(bytes), " (twice that on the worker that publishes it "
+                      "to the shared folder). Free space, lower --keep-checkpoints or move --out before it fills"));
+  disk_low_warned_ = low;
 }
 
 void Trainer::log_progress(double loss, double lr, double interval_seconds, int64_t interval_steps,

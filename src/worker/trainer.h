@@ -157,6 +157,7 @@ class Trainer {
   }
   void drain_exchange(double lr);  // overlap: wait for the last round and apply it
   std::filesystem::path checkpoint();
+  void warn_if_disk_low(const std::filesystem::path& checkpoint_dir);
   // Parameters, moments, step and live control from a checkpoint folder (resume, join, repair).
   void restore(const std::filesystem::path& dir, const model::ModelConfig& mc);
   // Live control (Note [Live control] in folder_exchange.h): the flags are the base, the agreed
@@ -244,6 +245,7 @@ class Trainer {
   std::vector<EmulatedReplica> replicas_;
   bool reloaded_ = false;  // the last round reloaded the agreed state instead of stepping
   bool resumed_ = false;
+  bool disk_low_warned_ = false;  // warn_if_disk_low said so, and the disk is still low
 };
 
 }  // namespace gradbox::worker

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <fstream>
 #include <sstream>
@@ -47,6 +48,18 @@ int wait_process(pid_t pid) {
     if (errno != EINTR) return -1;
   }
   return decode_status(status);
+}
+
+std::optional<int> wait_process_for(pid_t pid, double seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  int status = 0;
+  while (std::chrono::steady_clock::now() < deadline) {
+    const pid_t done = ::waitpid(pid, &status, WNOHANG);
+    if (done == pid) return decode_status(status);
+    if (done < 0 && errno != EINTR) return -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return std::nullopt;
 }
 
 ProcessResult run_process(const std::vector<std::string>& argv, double timeout_seconds) {

@@ -3,6 +3,7 @@
 #include <sys/types.h>
 
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,5 +21,7 @@ ProcessResult run_process(const std::vector<std::string>& argv, double timeout_s
 pid_t start_process(const std::vector<std::string>& argv, const std::filesystem::path& log_path);
 // Waits for a child started with start_process; returns its exit code (128 + signal if killed).
 int wait_process(pid_t pid);
+// The same for at most `seconds`: nullopt while it still runs (a hang, for a test to report).
+std::optional<int> wait_process_for(pid_t pid, double seconds);
 
 }  // namespace gradbox::testing

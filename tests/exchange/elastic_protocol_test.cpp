@@ -12,6 +12,7 @@
 #include <set>
 
 #include "common/error.h"
+#include "exchange/exchange_context.h"
 #include "exchange/folder_names.h"
 #include "sim/sim_worker.h"
 #include "virtual_cluster.h"
@@ -29,23 +30,24 @@ class ElasticRun {
   ElasticRun(const std::string& name, std::vector<std::string> founders, uint64_t seed = 7, mirror::FolderFaults faults = {})
       : cluster_(name, seed, std::move(faults)), founders_(std::move(founders)) {}
 
-  sim::SimWorkerSpec spec(const std::string& worker, uint64_t rounds = 30) const {
+  // `slowness`: compute and every deadline that many times longer.
+  sim::SimWorkerSpec spec(const std::string& worker, uint64_t rounds = 30, double slowness = 1) const {
     sim::SimWorkerSpec s;
     s.name = worker;
     s.exchange = cluster_.config(worker, founders_);
-    s.exchange.contribution_timeout_s = 2;
+    s.exchange.contribution_timeout_s = 2 * slowness;
     s.exchange.deadline_floor_s = 0.5;
-    s.exchange.failover_timeout_s = 4;
-    s.exchange.heartbeat_interval_s = 1;
-    s.exchange.stale_after_s = 6;
+    s.exchange.failover_timeout_s = 4 * slowness;
+    s.exchange.heartbeat_interval_s = 1 * slowness;
+    s.exchange.stale_after_s = 6 * slowness;
     s.exchange.fingerprint_interval = 2;
     s.exchange.gc_window = 4;
-    s.exchange.checkpoint_failover_s = 5;
+    s.exchange.checkpoint_failover_s = 5 * slowness;
     s.exchange.wait_for_syncer = true;
     s.run_dir = cluster_.root() / ("run-" + worker);
     s.rounds = rounds;
     s.checkpoint_interval = 5;
-    s.compute_s = 0.2;
+    s.compute_s = 0.2 * slowness;
     return s;
   }
 
@@ -743,6 +745,55 @@ TEST(ElasticProtocol, StatsFollowEveryRoundOrTheirIntervalAndAreWrittenAtTheEnd)
     else EXPECT_EQ(written_mid, 1u) << "written at the first round only, then not for 1e6 s";
     EXPECT_EQ(run.cluster().stats("a")["round"].get<uint64_t>(), 40u) << "written at the end";
   }
+}
+
+// Note [Slowing down before the upload cap]: two members whose uploads would come to more than
+// their cap in a day double grad_accum through the agreement, both from the same round; the
+// rounds then carry twice the tokens for the same bytes and the pace falls under the cap, so
+// it happens once.
+TEST(ElasticProtocol, AnUploadPaceNearTheCapDoublesGradAccumForEveryoneOnce) {
+  auto run_two = [](ElasticRun& run, uint64_t cap, uint64_t rounds) {
+    for (const std::string w : {"a", "b"}) {
+      sim::SimWorkerSpec s = run.spec(w, rounds, /*slowness=*/25);  // 5-second rounds
+      s.parameters = 20000;  // contributions, not heartbeats, are what a round uploads
+      s.exchange.upload_cap_bytes = cap;
+      s.exchange.stats_interval_s = 60;
+      run.start(s);
+    }
+    run.cluster().sim().run_until(1e6);
+    ASSERT_TRUE(run.cluster().sim().failures().empty()) << run.cluster().sim().failures().front();
+  };
+  // What a member uploads a day at this pace, with no cap in sight.
+  ElasticRun measured("upload_pace", {"a", "b"});
+  run_two(measured, uint64_t{1} << 60, 100);
+  const double pace = measured.cluster().stats("a")["bytes_written"].get<double>() /
+                      measured.observer().last_finish_s() * 86400;
+  EXPECT_EQ(measured.cluster().stats("a")["upload_cap_slowdowns"], 0);
+
+  ElasticRun run("upload_cap", {"a", "b"});
+  run_two(run, static_cast<uint64_t>(pace / 1.4), 600);
+  EXPECT_TRUE(run.divergent_rounds().empty());
+  uint64_t doubled_from = 0;
+  for (const auto& [round, contributions] : run.observer().contributions()) {
+    for (const AgreedContribution& c : contributions) {
+      if (doubled_from == 0 && c.tokens == 2000) doubled_from = round;
+      EXPECT_EQ(c.tokens, doubled_from != 0 && round >= doubled_from ? 2000u : 1000u)
+          << c.worker << " round " << round;  // both members, from the same round
+    }
+  }
+  ASSERT_NE(doubled_from, 0u) << "grad_accum was never doubled";
+  // Acted on as soon as the pace had 10 minutes behind it, and never again: the slower pace is
+  // under the cap (the run goes on for 80 minutes of rounds after the change).
+  double doubled_at = 0;
+  for (const sim::SimObserver::Applied& a : run.observer().history())
+    if (a.round == doubled_from) doubled_at = a.at_s;
+  EXPECT_GT(doubled_at, ExchangeContext::kUploadPaceMinS);
+  EXPECT_LT(doubled_at, ExchangeContext::kUploadPaceMinS + 120);
+  EXPECT_GT(run.observer().last_finish_s(), doubled_at + ExchangeContext::kUploadPaceWindowS + 600);
+  EXPECT_EQ(run.cluster().stats("a")["upload_cap_slowdowns"].get<int>() +
+                run.cluster().stats("b")["upload_cap_slowdowns"].get<int>(),
+            1);
+  for (const std::string w : {"a", "b"}) EXPECT_EQ(run.cluster().stats(w)["control_changes"], 1) << w;
 }
 
 }  // namespace

@@ -115,6 +115,22 @@ int main(int argc, char** argv) {
   for (const std::string& name : model::ModelConfig::preset_names())
     put(out / "model_config", name, model::ModelConfig::preset(name).to_json().dump());
 
+  // safetensors files as save_safetensors lays them out (8-byte length, padded JSON, data).
+  auto safetensors = [](std::string header, size_t data_bytes) {
+    header.append((8 - header.size() % 8) % 8, ' ');
+    std::string file(8, '\0');
+    for (int i = 0; i < 8; ++i) file[i] = static_cast<char>((uint64_t{header.size()} >> (8 * i)) & 0xff);
+    return file + header + std::string(data_bytes, '\x01');
+  };
+  put(out / "safetensors", "model",
+      safetensors(R"({"__metadata__":{"format":"gradbox"},"wte":{"dtype":"F32","shape":[4,2],"data_offsets":[0,32]},)"
+                  R"("ln":{"dtype":"BF16","shape":[2],"data_offsets":[32,36]},"e":{"dtype":"I64","shape":[0],"data_offsets":[36,36]}})",
+                  36));
+  put(out / "safetensors", "optimizer",
+      safetensors(R"({"m":{"dtype":"F16","shape":[3],"data_offsets":[0,6]},"q":{"dtype":"U8","shape":[2,1],"data_offsets":[6,8]},)"
+                  R"("rng.cpu":{"dtype":"U8","shape":[5],"data_offsets":[8,13]},"b":{"dtype":"BOOL","shape":[1],"data_offsets":[13,14]}})",
+                  14));
+
   // A small GPT-2 tokenizer: encoder.json NUL vocab.bpe.
   std::string encoder = "{";
   for (int b = 33; b < 127; ++b) {

@@ -128,6 +128,11 @@ TEST(Safetensors, CorruptHeadersAreNamedAndRejected) {
       {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
        "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
        std::nullopt, "overlap"},
+      // An empty tensor between two that overlap once hid the overlap (compared with neighbours only).
+      {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+       "\"e\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[4,4]},"
+       "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[6,14]}}",
+       std::nullopt, "'a' and 'b' overlap"},
       {"{\"__metadata__\":{\"k\":1}}", std::nullopt, "must be a string"},
   };
   for (const auto& c : cases) {

@@ -584,5 +584,35 @@ TEST(SyncerFaults, AnOversizedControlFileIsNeverCopied) {
   EXPECT_LT(f.stats()["bytes_downloaded"].get<uint64_t>() - before, mirror::kMaxControlBytes);
 }
 
+// Note [A full disk]: /dev/full refuses every write with ENOSPC, as a full disk does.
+TEST(SyncerFaults, ACopyOntoAFullDiskIsADiskFullErrorNamingTheFile) {
+  const fs::path from = fresh_dir("disk_full_copy") / "a.gbx";
+  write_bytes(from, framed_file(1));
+  try {
+    copy_file_bytes(from, "/dev/full");
+    FAIL() << "a copy onto /dev/full went through";
+  } catch (const DiskFullError& e) {
+    EXPECT_EQ(e.path(), "/dev/full");
+    EXPECT_NE(std::string(e.what()).find("/dev/full: cannot write: the disk is full"), std::string::npos) << e.what();
+  }
+}
+
+TEST(SyncerFaults, OnlyAFullDiskUnderTheLocalFolderStopsTheSyncer) {
+  Fixture f("disk_full_where");
+  auto full = [](const fs::path& path) { return DiskFullError(path.string(), path.string() + ": the disk is full"); };
+  EXPECT_FALSE(f.syncer->note_if_disk_full(BackendError("rclone copyto exited 1: timeout")));
+  // The shared folder out of space (a full Drive), or a folder beside the local one: not ours.
+  EXPECT_TRUE(f.syncer->note_if_disk_full(full(f.shared / "r1" / "a.gbx")));
+  EXPECT_TRUE(f.syncer->note_if_disk_full(full(f.root / "local2" / "x")));
+  EXPECT_FALSE(f.syncer->local_disk_full());
+  // Ours, as std::filesystem reports it; the first one is kept.
+  const fs::path dir = f.local / kInboxDir / "r2";
+  EXPECT_TRUE(f.syncer->note_if_disk_full(
+      fs::filesystem_error("cannot create directories", dir, std::make_error_code(std::errc::no_space_on_device))));
+  EXPECT_TRUE(f.syncer->note_if_disk_full(full(f.local / kSyncerStatsFile)));
+  ASSERT_TRUE(f.syncer->local_disk_full());
+  EXPECT_NE(f.syncer->local_disk_full()->find(dir.string()), std::string::npos) << *f.syncer->local_disk_full();
+}
+
 }  // namespace
 }  // namespace gradbox::syncer
