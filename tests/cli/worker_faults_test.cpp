@@ -59,7 +59,8 @@ class FullDiskTest : public CliTest {
   static pid_t start_b_with_a_small_disk(const fs::path& base, const fs::path& disk, uint64_t leave, int steps) {
     fs::create_directories(disk);
     fs::create_directories(base / "b-after");
-    const std::string d = "'" + disk.string() + "'", b = "'" + base.string() + "'";
+    auto quoted = [](const fs::path& path) { return std::string(1, '\'').append(path.string()).append(1, '\''); };
+    const std::string d = quoted(disk), b = quoted(base);
     const std::string script =
         "mount -t tmpfs -o size=64m gradbox-test-disk " + d + " || exit 99\n"
         "wait_for() { i=0; while [ ! -e \"$1\" ] && [ $i -lt 6000 ]; do sleep 0.05; i=$((i+1)); done; }\n"
