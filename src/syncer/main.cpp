@@ -13,6 +13,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "common/broken_pipe.h"
 #include "common/disk_space.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -158,6 +159,7 @@ int run_daemon(Syncer& syncer, const Flags& f) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  gradbox::survive_broken_pipes();  // rclone may die mid-transfer: Note [A broken pipe is an error, not a death]
   CLI::App app{str("gradbox-sync: moves framed files between a worker's local ", mirror::kOutboxDir, "/",
                    mirror::kInboxDir, " and the shared folder")};
   Flags f;

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <deque>
 
+#include "common/broken_pipe.h"
 #include "common/error.h"
 #include "transport/c10d_store_native.h"
 
@@ -89,6 +90,7 @@ void wait(const c10::intrusive_ptr<c10d::Work>& work) {
 }  // namespace
 
 NetworkGroup::NetworkGroup(C10dFileStore& store, const GroupSpec& spec) : spec_(spec), impl_(std::make_unique<Impl>()) {
+  survive_broken_pipes();  // Gloo writes to peers that may be dead: Note [A broken pipe is an error, not a death]
   auto prefixed = c10::make_intrusive<c10d::PrefixStore>(spec.prefix, store.native().store);
   guarded("forming the process group", [&] {
     if (spec.backend == NetworkBackend::gloo) {

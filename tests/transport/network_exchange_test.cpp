@@ -103,6 +103,11 @@ bool streams_any(const std::string& worker) {
     };
     NetworkExchange exchange(c, mirror::system_clock());
     exchange.join(dir, -1);
+    // Gloo writes to a peer killed mid-round; SIGPIPE's default would end this worker silently
+    // (Note [A broken pipe is an error, not a death]).
+    struct sigaction pipe_action {};
+    ::sigaction(SIGPIPE, nullptr, &pipe_action);
+    if (pipe_action.sa_handler == SIG_DFL) throw std::runtime_error("a broken pipe would kill this worker");
     for (uint64_t round = 1; round <= kRounds; ++round) {
       std::vector<float> g = gradient(worker, round);
       const exchange::RoundResult r = streams_any(worker) ? streamed_round(exchange, worker, round, g, kill)
