@@ -67,10 +67,11 @@ def one_per_gpu(session, gpus):
 
 
 def run_secret(name="GRADBOX_RUN_SECRET"):
-    """The run secret that signs every file of the run (Note [Signed files]): from this process's
-    environment, else the platform's secret store under `name` (Colab: the key icon, Secrets;
-    Kaggle: Add-ons, Secrets), else None (an unsigned run). `gradbox secret` makes one; every
-    member of a run needs the same. Put in the environment, the workers started here take it."""
+    """The run secret that signs every file of the run (Note [Signed files]), or this member's
+    credential (`gradbox secret --member NAME`): from this process's environment, else the
+    platform's secret store under `name` (Colab: the key icon, Secrets; Kaggle: Add-ons,
+    Secrets), else None (an unsigned run). `gradbox secret` makes one. Put in the environment,
+    the workers started here take it."""
     secret = os.environ.get("GRADBOX_RUN_SECRET")
     if not secret:
         try:
@@ -86,10 +87,22 @@ def run_secret(name="GRADBOX_RUN_SECRET"):
             pass
     if secret:
         os.environ["GRADBOX_RUN_SECRET"] = secret.strip()
-        log(f"run secret from {name}: every file is signed")
+        member = credential_member(secret.strip())
+        log(f"member credential for {member} from {name}: this session is worker {member}" if member
+            else f"run secret from {name}: every file is signed")
         return secret.strip()
     log(f"UNSIGNED RUN: no secret {name} in this platform's secrets; anyone who can write to the run's folder "
         "can inject into it. Make one with `gradbox secret` and give every session the same.")
+    return None
+
+
+def credential_member(secret):
+    """The worker name a member credential (`gradbox secret --member NAME`, Note [Member
+    signatures]) was made for; None for the run secret itself or no secret. A credential signs
+    only as its member, so the session must take that name."""
+    prefix = "gradbox-member-1:"
+    if secret and secret.startswith(prefix):
+        return secret[len(prefix):].split(":", 1)[0]
     return None
 
 

@@ -51,7 +51,7 @@ EXTRA_ARGS = []              # more `gradbox train` flags, e.g. ["--round-second
 WATCH_ROUNDS = 0             # the progress cell returns after this many rounds trained (0: when the worker ends)
 WATCH_HOURS = 12
 REFRESH_SECONDS = 15
-RUN_SECRET = "GRADBOX_RUN_SECRET"  # the platform secret holding the run secret (`gradbox secret`); none: unsigned
+RUN_SECRET = "GRADBOX_RUN_SECRET"  # the platform secret holding the run secret (`gradbox secret`) or this member's credential (`gradbox secret --member NAME`); none: unsigned
 GRADBOX_REPO = "https://github.com/gradbox/gradbox.git"
 GRADBOX_REF = "main"
 ON_PLATFORM = True           # False only off {platform} (the tests): skips what needs {platform_needs}
@@ -108,19 +108,20 @@ sys.path.insert(0, os.path.join(SOURCE_DIR, "notebooks"))
 import gradbox_session as gb
 
 run_folder = SHARED_ROOT.rstrip("/") + "/" + RUN
-session = gb.Session(source_dir=SOURCE_DIR, run_folder=run_folder, worker=WORKER or "{prefix}-" + secrets.token_hex(3),
+secret = gb.run_secret(RUN_SECRET)  # signs every file the workers write
+member = gb.credential_member(secret)  # a member credential signs only as its member: the name is that
+session = gb.Session(source_dir=SOURCE_DIR, run_folder=run_folder, worker=member or WORKER or "{prefix}-" + secrets.token_hex(3),
                      local_dir=LOCAL_DIR, storage=run_folder.rsplit("/", 1)[0], sync_backend="{backend}")
 os.makedirs(LOCAL_DIR, exist_ok=True)
 if not gb.is_remote(run_folder):
     os.makedirs(os.path.dirname(run_folder), exist_ok=True)
 {gpus}
-gb.run_secret(RUN_SECRET)  # signs every file the workers write; every member needs the same
 print(f"run {{run_folder}}: worker(s)", ", ".join(s.worker for s in sessions))
 """
 
 # Kaggle's 2 x T4: a worker per GPU (until the network fast path joins them into one).
 KAGGLE_GPUS = """import torch
-sessions = gb.one_per_gpu(session, torch.cuda.device_count())"""
+sessions = gb.one_per_gpu(session, 1 if member else torch.cuda.device_count())  # one name per credential"""
 
 BUILD = """
 # Build gradbox against this image's torch, or take the cached build (keyed by commit, torch, GPU).

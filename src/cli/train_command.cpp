@@ -233,7 +233,13 @@ std::shared_ptr<const wire::FileMac> run_mac(const SharedFlags& f) {
                                   " (`gradbox secret` makes one)"));
     return nullptr;
   }
-  return std::make_shared<const wire::FileMac>(*secret);
+  auto mac = std::make_shared<const wire::FileMac>(*secret);
+  // Note [Member signatures]: a credential writes as its member only.
+  GB_REQUIRE(mac->member().empty() || mac->member() == f.worker, "--worker ", f.worker, ": the run secret from ",
+             secret->origin(), " is the member credential of ", mac->member(), ", which can sign only as ",
+             mac->member(), "; run this worker as --worker ", mac->member(), " or ask the run's owner for a credential (",
+             "`gradbox secret --member ", f.worker, "`)");
+  return mac;
 }
 
 exchange::FolderExchangeConfig exchange_config(const SharedFlags& f, const worker::TrainConfig& train,

@@ -65,6 +65,10 @@ std::optional<Verification> check_head(std::string_view bytes, FileHeader& heade
     return result(FileState::unsupported, str("wire version ", header.version(), ", this build reads 1..", kWireVersion));
   if (!header.mac_nonce().empty() && header.mac_nonce().size() != FileMac::kNonceSize)
     return result(FileState::corrupt, str("MAC nonce of ", header.mac_nonce().size(), " bytes"));
+  if (!header.mac_nonce().empty() && header.version() >= kSignedWireVersion &&
+      (header.member_public_key().size() != PublicKey{}.size() || header.member_certificate().size() != Signature{}.size()))
+    return result(FileState::corrupt, str("a member key of ", header.member_public_key().size(),
+                                          " bytes or a certificate of ", header.member_certificate().size()));
   if (header.payload_length() > kMaxPayloadSize) {
     Verification v = result(FileState::corrupt, str("the header declares a payload of ", header.payload_length(),
                                                     " bytes, more than any gradbox file (", kMaxPayloadSize, ")"));
@@ -75,16 +79,20 @@ std::optional<Verification> check_head(std::string_view bytes, FileHeader& heade
 }
 
 // The trailer after the payload, in a signed file.
-uint64_t tag_size(const FileHeader& header) { return header.mac_nonce().empty() ? 0 : kTrailerSize; }
+uint64_t trailer_size(const FileHeader& header) {
+  if (header.mac_nonce().empty()) return 0;
+  return header.version() == kMacOnlyWireVersion ? kMacOnlyTrailerSize : kTrailerSize;
+}
 
-// A trailer's tag against its checksum.
+// A trailer's signature and tag against their checksum.
 bool trailer_intact(std::string_view trailer) {
-  return checksum64(trailer.data(), FileMac::kTagSize) == load_le<uint64_t>(trailer.data() + FileMac::kTagSize);
+  const size_t summed = trailer.size() - 8;
+  return checksum64(trailer.data(), summed) == load_le<uint64_t>(trailer.data() + summed);
 }
 
 // What a sound head says the whole file's size is.
 uint64_t declared_size(const FileHeader& header, size_t header_size) {
-  return kPreambleSize + header_size + header.payload_length() + tag_size(header);
+  return kPreambleSize + header_size + header.payload_length() + trailer_size(header);
 }
 
 // A file of `size` bytes against the length its header declares.
@@ -104,7 +112,7 @@ Verification verify_impl(std::string_view bytes, FileHeader* header) {
   std::string_view payload = bytes.substr(kPreambleSize + header_size, parsed.payload_length());
   if (checksum64(payload.data(), payload.size()) != parsed.payload_checksum())
     return result(FileState::corrupt, "payload checksum mismatch", expected);
-  if (tag_size(parsed) > 0 && !trailer_intact(bytes.substr(bytes.size() - kTrailerSize)))
+  if (trailer_size(parsed) > 0 && !trailer_intact(bytes.substr(bytes.size() - trailer_size(parsed))))
     return result(FileState::corrupt, "MAC tag checksum mismatch", expected);
   if (header) *header = std::move(parsed);
   return result(FileState::complete, "", expected);
@@ -145,10 +153,17 @@ std::string frame(FileHeader header, std::string_view payload, FileKey key) {
 
 void frame_into(FileHeader header, std::string_view payload, std::string& out, FileKey key) {
   header.set_version(key.mac ? kSignedWireVersion : kUnsignedWireVersion);
+  header.clear_mac_nonce();
+  header.clear_member();
+  header.clear_member_public_key();
+  header.clear_member_certificate();
   if (key.mac) {
     header.set_mac_nonce(FileMac::new_nonce());
-  } else {
-    header.clear_mac_nonce();
+    const std::string_view writer = writer_of(header);
+    header.set_member(writer.empty() ? key.mac->member() : std::string(writer));
+    const FileMac::Seal seal = key.mac->seal(header.member());
+    header.set_member_public_key(seal.public_key.data(), seal.public_key.size());
+    header.set_member_certificate(seal.certificate.data(), seal.certificate.size());
   }
   header.set_payload_length(payload.size());
   header.set_payload_checksum(checksum64(payload.data(), payload.size()));
@@ -156,7 +171,7 @@ void frame_into(FileHeader header, std::string_view payload, std::string& out, F
   GB_CHECK(header.SerializeToString(&header_bytes), "FileHeader does not serialise");
   GB_CHECK(header_bytes.size() <= kMaxHeaderSize, "header of ", header_bytes.size(), " bytes");
   out.clear();
-  out.reserve(kPreambleSize + header_bytes.size() + payload.size() + tag_size(header));
+  out.reserve(kPreambleSize + header_bytes.size() + payload.size() + trailer_size(header));
   out.append(kMagic, sizeof(kMagic));
   append_le<uint32_t>(out, kFrameVersion);
   append_le<uint32_t>(out, static_cast<uint32_t>(header_bytes.size()));
@@ -164,9 +179,11 @@ void frame_into(FileHeader header, std::string_view payload, std::string& out, F
   out += header_bytes;
   out += payload;
   if (key.mac) {
+    const Signature signature = key.mac->sign(header.member(), header.run_id(), key.rel, file_digest(out));
+    out.append(reinterpret_cast<const char*>(signature.data()), signature.size());
     const FileMac::Tag tag = key.mac->tag(header.run_id(), key.rel, header.mac_nonce(), out);
     out.append(reinterpret_cast<const char*>(tag.data()), tag.size());
-    append_le<uint64_t>(out, checksum64(tag.data(), tag.size()));
+    append_le<uint64_t>(out, checksum64(out.data() + out.size() - kTrailerSize + 8, kTrailerSize - 8));
   }
 }
 
@@ -208,7 +225,7 @@ Verification verify_file(const fs::path& path) {
   size_t header_size = 0;
   if (std::optional<Verification> bad = check_head(head, header, header_size)) return *bad;
   const uint64_t expected = declared_size(header, header_size);
-  const uint64_t payload_end = expected - tag_size(header);
+  const uint64_t payload_end = expected - trailer_size(header);
   // The payload in pieces, then the tag (not checked here: that takes the key) and one byte past
   // the declared end: the length the reads reach is the file's length, as a whole read's would be.
   Checksum64Stream sum;
@@ -228,7 +245,7 @@ Verification verify_file(const fs::path& path) {
   }
   if (std::optional<Verification> bad = check_size(offset, expected)) return *bad;
   if (sum.digest() != header.payload_checksum()) return result(FileState::corrupt, "payload checksum mismatch", expected);
-  if (tag_size(header) > 0 && !trailer_intact(std::string_view(trailer, kTrailerSize)))
+  if (trailer_size(header) > 0 && !trailer_intact(std::string_view(trailer, trailer_size(header))))
     return result(FileState::corrupt, "MAC tag checksum mismatch", expected);
   return result(FileState::complete, "", expected);
 }
@@ -243,11 +260,23 @@ size_t check_file(std::string_view bytes, const std::string& origin, FileKey key
   if (key.mac) {
     if (header.mac_nonce().empty())
       throw SignatureError(str(origin, ": unsigned file in a signed run (written without the run secret)"));
-    const std::string_view tag = bytes.substr(bytes.size() - kTrailerSize, FileMac::kTagSize);
-    const std::string_view signed_bytes = bytes.substr(0, bytes.size() - kTrailerSize);
-    if (!FileMac::equal(key.mac->tag(header.run_id(), key.rel, header.mac_nonce(), signed_bytes), tag))
+    if (header.version() < kSignedWireVersion)
+      throw SignatureError(str(origin, ": signed by a gradbox older than member signatures (wire version ",
+                               header.version(), "); every member of a run needs this version"));
+    // The MAC first: a stranger's file costs one pass of Poly1305, not a SHA-256 and two Ed25519 checks.
+    const size_t tag_at = bytes.size() - 8 - FileMac::kTagSize, signature_at = tag_at - Signature{}.size();
+    if (!FileMac::equal(key.mac->tag(header.run_id(), key.rel, header.mac_nonce(), bytes.substr(0, tag_at)),
+                        bytes.substr(tag_at, FileMac::kTagSize)))
       throw SignatureError(str(origin, ": MAC tag does not match: forged, altered, moved from another name, or "
                                        "signed with another run secret"));
+    const std::string_view writer = writer_of(header);
+    if (!writer.empty() && header.member() != writer)
+      throw SignatureError(str(origin, ": signed by member ", header.member(), " but its header says ", writer,
+                               " wrote it: a member writing under another's name"));
+    const std::string why = key.mac->check(header.member(), header.member_public_key(), header.member_certificate(),
+                                           header.run_id(), key.rel, file_digest(bytes.substr(0, signature_at)),
+                                           bytes.substr(signature_at, Signature{}.size()));
+    if (!why.empty()) throw SignatureError(str(origin, ": ", why));
   }
   return kPreambleSize + load_le<uint32_t>(bytes.data() + 12);
 }
@@ -271,7 +300,7 @@ WireFile parse(std::string&& bytes, const std::string& origin, FileKey key) {
   const size_t payload_at = check_file(bytes, origin, key, file.header);
   // The payload moves down over the preamble and header in place: no second buffer of its size.
   bytes.erase(0, payload_at);
-  bytes.resize(file.header.payload_length());  // without the tag
+  bytes.resize(file.header.payload_length());  // without the trailer
   file.payload = std::move(bytes);
   return file;
 }
@@ -284,6 +313,20 @@ WireFile read_wire_file(const fs::path& path) {
     throw WireError(e.what());
   }
   return parse(std::move(bytes), path.string());
+}
+
+std::string_view writer_of(const FileHeader& header) {
+  switch (header.body_case()) {
+    case FileHeader::kGradient: return header.gradient().worker();
+    case FileHeader::kCommit: return header.commit().owner();
+    case FileHeader::kHeartbeat: return header.heartbeat().worker();
+    case FileHeader::kFingerprint: return header.fingerprint().worker();
+    case FileHeader::kCheckpointPart: return header.checkpoint_part().publisher();
+    case FileHeader::kCheckpointManifest: return header.checkpoint_manifest().publisher();
+    case FileHeader::kRunConfig:
+    case FileHeader::BODY_NOT_SET: return {};
+  }
+  return {};
 }
 
 void check_identity(const FileHeader& header, const std::string& run_id, uint64_t model_fingerprint,

@@ -7,10 +7,13 @@
 //         16   XXH3-64 of header    u64
 //         24   FileHeader protobuf  header length bytes
 //              payload              FileHeader.payload_length bytes
-//              MAC tag              16 bytes, then the tag's XXH3-64 (8 bytes), in a signed run's
-//                                   files (FileHeader.mac_nonce set; Note [Signed files] in
-//                                   wire/file_mac.h). The checksum tells a tag damaged in transit
+//              trailer              in a signed run's files (FileHeader.mac_nonce set): the
+//                                   writer's Ed25519 signature (64 bytes; Note [Member
+//                                   signatures] in wire/member_keys.h), the MAC tag (16 bytes;
+//                                   Note [Signed files] in wire/file_mac.h), then the XXH3-64 of
+//                                   both (8 bytes). The checksum tells a trailer damaged in transit
 //                                   (corrupt: fetched again) from a wrong one (never applied).
+//                                   Version 2 files had the tag and checksum only.
 //
 // The whole file is verifiable from its own bytes: a reader knows when it has all of it
 // (size == 24 + header + payload) and that it is intact (both checksums). Cloud folders show
@@ -33,11 +36,13 @@ namespace gradbox::wire {
 namespace fs = std::filesystem;
 
 inline constexpr uint32_t kFrameVersion = 1;
-inline constexpr uint32_t kWireVersion = 2;        // FileHeader.version we accept at most
+inline constexpr uint32_t kWireVersion = 3;        // FileHeader.version we accept at most
 inline constexpr uint32_t kUnsignedWireVersion = 1;  // what unsigned files say (builds before signing read them)
-inline constexpr uint32_t kSignedWireVersion = 2;    // signed files: older builds refuse them as unsupported
+inline constexpr uint32_t kMacOnlyWireVersion = 2;   // signed before member signatures: framed, never trusted
+inline constexpr uint32_t kSignedWireVersion = 3;    // signed files: older builds refuse them as unsupported
 inline constexpr size_t kPreambleSize = 24;
-inline constexpr size_t kTrailerSize = FileMac::kTagSize + 8;  // a signed file's tag and its checksum
+inline constexpr size_t kMacOnlyTrailerSize = FileMac::kTagSize + 8;  // a version 2 file's tag and checksum
+inline constexpr size_t kTrailerSize = 64 + FileMac::kTagSize + 8;   // signature, tag and their checksum
 inline constexpr size_t kMaxHeaderSize = 1 << 20;  // a header is small; more is corruption
 // No file gradbox writes comes near this (GPT-2-Large's fp32 gradient is 3 GB, a LLaMA-7B's
 // 28 GB); a header that declares more is sound framing around an impossible claim.
@@ -86,6 +91,11 @@ struct FileKey {
   std::string_view rel;
 };
 
+// The member a header says wrote its file: a gradient's worker, a commit's owner, a
+// heartbeat's or fingerprint's worker, a checkpoint's publisher; empty for a run config
+// (its name says whose it is). A signed file's signer must be this member.
+std::string_view writer_of(const FileHeader& header);
+
 struct WireFile {
   FileHeader header;
   std::string payload;
@@ -119,8 +129,9 @@ Verification verify_head(std::string_view first, uint64_t file_size);
 size_t head_size(std::string_view first);
 
 // Parses a complete file; throws WireError naming `origin` for anything but FileState::complete.
-// With a key, a file without a tag or with a wrong one throws SignatureError before anything
-// reads its payload; without one, a signed file's tag is not checked.
+// With a key, a file without a tag or with a wrong one, or not signed by the member its header
+// names as its writer, throws SignatureError before anything reads its payload; without one, a
+// signed file's tag and signature are not checked.
 WireFile parse(std::string_view bytes, const std::string& origin, FileKey key = {});
 // The same, taking the bytes over: the payload keeps their buffer.
 WireFile parse(std::string&& bytes, const std::string& origin, FileKey key = {});

@@ -5,7 +5,9 @@
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <stdexcept>
 
 #include "common/atomic_file.h"
 #include "common/error.h"
@@ -42,10 +44,13 @@ EVP_MAC* poly1305() {
 
 RunSecret RunSecret::from_text(std::string_view text, const std::string& origin) {
   const std::string_view secret = trimmed(text);
-  if (secret.size() < kMinSize)
+  if (MemberCredential::looks_like(secret)) {
+    MemberCredential::parse(secret, origin);  // damaged when copied: say so now, naming where from
+  } else if (secret.size() < kMinSize) {
     throw InputError(str(origin, ": a run secret needs at least ", kMinSize, " characters, this one has ", secret.size(),
                          " (`gradbox secret` makes one)"));
-  return RunSecret(std::string(secret));
+  }
+  return RunSecret(std::string(secret), origin);
 }
 
 std::optional<RunSecret> RunSecret::find(const std::optional<std::filesystem::path>& file) {
@@ -63,12 +68,78 @@ RunSecret RunSecret::generate() {
     text += kHex[b >> 4];
     text += kHex[b & 15];
   }
-  return RunSecret(std::move(text));
+  return RunSecret(std::move(text), "a new secret");
 }
 
-FileMac::FileMac(const RunSecret& secret) : secret_(secret.text()) {}
+FileMac::FileMac(const RunSecret& secret) {
+  const auto bytes = [](const Key32& k) { return std::string(reinterpret_cast<const char*>(k.data()), k.size()); };
+  if (secret.is_member_credential()) {
+    MemberCredential c = MemberCredential::parse(secret.text(), secret.origin());
+    mac_key_ = bytes(c.mac_key);
+    member_ = c.member;
+    owner_public_ = c.owner;
+    SigningKey key(c.seed);
+    Seal seal{key.public_key(), c.certificate};
+    members_.emplace(c.member, MemberKey{std::move(key), seal});
+    OPENSSL_cleanse(c.seed.data(), c.seed.size());
+    return;
+  }
+  secret_ = secret.text();
+  mac_key_ = bytes(derive_key(secret_, {"gradbox mac key 1"}));
+  owner_key_ = std::make_unique<SigningKey>(derive_key(secret_, {"gradbox owner key 1"}));
+  owner_public_ = owner_key_->public_key();
+}
 
-FileMac::~FileMac() { OPENSSL_cleanse(secret_.data(), secret_.size()); }
+FileMac::~FileMac() {
+  OPENSSL_cleanse(secret_.data(), secret_.size());
+  OPENSSL_cleanse(mac_key_.data(), mac_key_.size());
+}
+
+const FileMac::MemberKey& FileMac::member_key(const std::string& member) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (auto it = members_.find(member); it != members_.end()) return it->second;
+  if (!owner_key_)
+    throw std::logic_error(str("the member credential for ", member_, " cannot sign as ", member));
+  SigningKey key(derive_key(secret_, {"gradbox member key 1", member}));
+  const PublicKey public_key = key.public_key();
+  const Signature certificate = owner_key_->sign(certificate_message(
+      member, std::string_view(reinterpret_cast<const char*>(public_key.data()), public_key.size())));
+  return members_.emplace(member, MemberKey{std::move(key), Seal{public_key, certificate}}).first->second;
+}
+
+FileMac::Seal FileMac::seal(const std::string& member) const { return member_key(member).seal; }
+
+Signature FileMac::sign(const std::string& member, std::string_view run_id, std::string_view rel,
+                        const Key32& digest) const {
+  return member_key(member).key.sign(signature_message(run_id, rel, digest));
+}
+
+std::string FileMac::check(std::string_view member, std::string_view public_key, std::string_view certificate,
+                           std::string_view run_id, std::string_view rel, const Key32& digest,
+                           std::string_view signature) const {
+  if (public_key.size() != PublicKey{}.size()) return "no member key";
+  if (!signature_valid(owner_public_, certificate_message(member, public_key), certificate))
+    return str("the key it carries for ", member, " is not certified by this run's owner");
+  PublicKey key{};
+  std::copy(public_key.begin(), public_key.end(), reinterpret_cast<char*>(key.data()));
+  if (!signature_valid(key, signature_message(run_id, rel, digest), signature))
+    return str(member, "'s signature does not match: altered, or moved from another name");
+  return "";
+}
+
+std::string FileMac::issue_credential(const std::string& member) const {
+  if (!owner_key_)
+    throw InputError(str("a member credential (for ", member_, ") cannot make credentials; the run secret can"));
+  MemberCredential c;
+  c.member = member;
+  std::copy(mac_key_.begin(), mac_key_.end(), reinterpret_cast<char*>(c.mac_key.data()));
+  c.seed = derive_key(secret_, {"gradbox member key 1", member});
+  c.owner = owner_public_;
+  c.certificate = seal(member).certificate;
+  std::string text = c.text();
+  OPENSSL_cleanse(c.seed.data(), c.seed.size());
+  return text;
+}
 
 std::string FileMac::new_nonce() {
   std::string nonce(kNonceSize, '\0');
@@ -83,7 +154,7 @@ FileMac::Tag FileMac::tag(std::string_view run_id, std::string_view rel, std::st
   for (std::string_view field : {kContext, run_id, rel, nonce}) append_field(context, field);
   unsigned char key[32];
   unsigned int key_size = 0;
-  GB_CHECK(HMAC(EVP_sha256(), secret_.data(), static_cast<int>(secret_.size()),
+  GB_CHECK(HMAC(EVP_sha256(), mac_key_.data(), static_cast<int>(mac_key_.size()),
                 reinterpret_cast<const unsigned char*>(context.data()), context.size(), key, &key_size) != nullptr &&
                key_size == sizeof(key),
            "HMAC-SHA256 failed");

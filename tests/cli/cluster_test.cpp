@@ -271,6 +271,30 @@ TEST_F(ClusterTest, BadSharedFlagsAreNamed) {
                                       short_secret.string()}));
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_TRUE(contains(r.output, short_secret.string()) && contains(r.output, "16 characters")) << r.output;
+  // A member credential (Note [Member signatures]) runs only the worker it was made for, and
+  // one damaged in copying is named as such.
+  const fs::path secrets = dir("bad6_secret");
+  fs::create_directories(secrets);
+  ASSERT_EQ(run_process({kBinary, "secret", "--out", (secrets / "run.secret").string()}).exit_code, 0);
+  r = run_process({kBinary, "secret", "--member", "a", "--run-secret-file", (secrets / "run.secret").string(), "--out",
+                   (secrets / "a.credential").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(read_bytes(secrets / "a.credential").starts_with("gradbox-member-1:a:"));
+  r = run_process(train(dir("bad6"), {"--shared", dir("bad_shared").string(), "--worker", "b", "--run-secret-file",
+                                      (secrets / "a.credential").string()}));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(contains(r.output, "member credential of a") && contains(r.output, "--worker b")) << r.output;
+  // A credential makes no credentials.
+  r = run_process({kBinary, "secret", "--member", "c", "--run-secret-file", (secrets / "a.credential").string()});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(contains(r.output, "cannot make credentials")) << r.output;
+  std::string damaged = read_bytes(secrets / "a.credential");
+  damaged.resize(damaged.size() - 10);
+  write_bytes(secrets / "damaged.credential", damaged);
+  r = run_process(train(dir("bad7"), {"--shared", dir("bad_shared").string(), "--worker", "a", "--run-secret-file",
+                                      (secrets / "damaged.credential").string()}));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(contains(r.output, "damaged.credential") && contains(r.output, "not a member credential")) << r.output;
 }
 
 }  // namespace

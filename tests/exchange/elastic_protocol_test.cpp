@@ -18,6 +18,7 @@
 #include "virtual_cluster.h"
 #include "wire/envelope.h"
 #include "wire/file_mac.h"
+#include "../wire/forged_files.h"
 
 namespace gradbox::exchange {
 namespace {
@@ -631,6 +632,95 @@ TEST(ProtocolFaults, FilesWithoutTheRunKeyAreNeverApplied) {
   const Outcome unsigned_run = play(false, true);  // the fault reproduced: forgeries carry the rounds
   ASSERT_EQ(unsigned_run.finals.size(), 2u);
   EXPECT_NE(unsigned_run.finals.at("a"), clean.finals.at("a"));
+}
+
+// A member who holds only its own credential (Note [Member signatures]) writes, beside its own
+// honest files, gradients under a's name for the coming rounds: a's header with 1000x the
+// tokens, the MAC right (its credential has the MAC's key), signed with its own key as that is
+// all it has. Every replica refuses them before reading them, a always contributes, and the run
+// ends where the same run without them does. Given the run secret instead (which can sign as
+// anyone), the same member's forgeries carry the rounds: what the credential takes away.
+TEST(ProtocolFaults, AMemberWithACredentialCannotWriteUnderAnothersName) {
+  const wire::RunSecret secret = wire::RunSecret::from_text("the owner's run secret", "t");
+  const auto credential = [&](const std::string& member) {
+    return std::make_shared<const wire::FileMac>(
+        wire::RunSecret::from_text(wire::FileMac(secret).issue_credential(member), "credential-" + member));
+  };
+  struct Outcome {
+    std::map<std::string, uint64_t> finals;
+    bool a_always_contributed = true;
+    int attacks = 0;
+    uint64_t refused = 0;
+    std::set<std::string> reasons;  // of every refusal, the file's name cut off
+  };
+  // attacker: "" (none), "credential" or "secret" (what c holds).
+  const auto play = [&](const std::string& attacker) {
+    ElasticRun run("member-forge-" + attacker, {"a", "b", "c"});
+    const std::shared_ptr<const wire::FileMac> c_keys =
+        attacker == "secret" ? std::make_shared<const wire::FileMac>(secret) : credential("c");
+    for (const char* w : {"a", "b", "c"}) {
+      sim::SimWorkerSpec s = run.spec(w);
+      s.exchange.contribution_timeout_s = s.exchange.deadline_floor_s = 30;  // every member, every round
+      s.exchange.failover_timeout_s = 60;
+      s.exchange.file_mac = std::string(w) == "c" ? c_keys : credential(w);
+      run.start(s);
+    }
+    Outcome out;
+    uint64_t token = 0;
+    std::set<std::string> seen;
+    for (int t = 1; !attacker.empty() && t < 40; ++t) {
+      run.cluster().sim().at(t, [&] {
+        mirror::MemoryMirror& disk = run.cluster().folder().disk("c");
+        for (uint64_t r = 1; r < 40; ++r) {
+          const std::string dir = round_dir_name(r);
+          for (const mirror::Arrival& file : disk.list(dir)) {
+            if (!file.name.starts_with("g-a-") || !seen.insert(dir + "/" + file.name).second) continue;
+            const std::optional<std::string> bytes = disk.read(dir + "/" + file.name);
+            if (!bytes) continue;
+            const wire::WireFile genuine = wire::parse(*bytes, file.name);
+            wire::FileHeader forged = genuine.header;
+            forged.mutable_gradient()->set_round(r + 1);
+            forged.mutable_gradient()->set_tokens(genuine.header.gradient().tokens() * 1000);
+            const std::string rel = round_dir_name(r + 1) + "/" + contribution_name("a", 0, str("f", ++token));
+            seen.insert(rel);
+            // A credential can sign only as c; the run secret signs as a.
+            const std::string as = c_keys->member().empty() ? "a" : "c";
+            run.cluster().folder().inject(rel, wire::signed_as(*c_keys, as, forged, genuine.payload, rel));
+            ++out.attacks;
+          }
+        }
+      });
+    }
+    run.cluster().sim().run_until(1e5);
+    EXPECT_TRUE(run.cluster().sim().failures().empty()) << run.cluster().sim().failures().front();
+    out.finals = run.observer().finals();
+    for (const sim::SimObserver::Applied& a : run.observer().history())
+      if (a.worker == "a" && !a.contributed) out.a_always_contributed = false;
+    for (const char* w : {"a", "b", "c"}) {
+      const nlohmann::json stats = run.cluster().stats(w);
+      out.refused += stats["unsigned_or_forged_files"].get<uint64_t>();
+      for (const auto& reason : stats["rejected"]) out.reasons.insert(reason.get<std::string>().substr(reason.get<std::string>().find(": ") + 2));
+    }
+    return out;
+  };
+  const Outcome clean = play("");
+  ASSERT_EQ(clean.finals.size(), 3u);
+  EXPECT_EQ(clean.finals.at("a"), clean.finals.at("b"));
+  EXPECT_EQ(clean.finals.at("a"), clean.finals.at("c"));
+  EXPECT_EQ(clean.refused, 0u);
+
+  const Outcome with_credential = play("credential");
+  EXPECT_GT(with_credential.attacks, 10);
+  // Forgeries for a round that closed before they arrived are never read: not every one is refused.
+  EXPECT_GT(with_credential.refused, 0u);
+  EXPECT_EQ(with_credential.reasons,
+            std::set<std::string>{"signed by member c but its header says a wrote it: a member writing under another's name"});
+  EXPECT_EQ(with_credential.finals, clean.finals);  // identical replicas, identical to the run without the forgeries
+  EXPECT_TRUE(with_credential.a_always_contributed);
+
+  const Outcome with_secret = play("secret");  // the same forgeries signed as a: they carry rounds
+  ASSERT_EQ(with_secret.finals.size(), 3u);
+  EXPECT_NE(with_secret.finals.at("a"), clean.finals.at("a"));
 }
 
 // A member with the secret sends NaN (rounds 4-6) or a gradient a million times too large

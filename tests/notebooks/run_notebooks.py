@@ -58,11 +58,13 @@ def parameters(work, worker, watch_rounds, peers):
     }
 
 
-def notebook_with(params):
+def notebook_with(params, secret=None):
     nb = nbformat.read(os.path.join(ARGS.source, "notebooks", "colab_worker.ipynb"), as_version=4)
     nbformat.validate(nb)
     at = next(i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", []))
     overrides = "\n".join(f"{k} = {v!r}" for k, v in params.items())
+    if secret:  # this session's own platform secret, in place of the one the kernels inherit
+        overrides += f"\nimport os\nos.environ['GRADBOX_RUN_SECRET'] = {secret!r}"
     nb.cells.insert(at + 1, nbformat.v4.new_code_cell(overrides, metadata={"tags": ["injected-parameters"]}))
     return nb
 
@@ -70,9 +72,9 @@ def notebook_with(params):
 class Kernel(threading.Thread):
     """One notebook session, executed cell by cell in a thread of its own."""
 
-    def __init__(self, name, params, expect_error=None):
+    def __init__(self, name, params, expect_error=None, secret=None):
         super().__init__(name=name)
-        self.nb = notebook_with(params)
+        self.nb = notebook_with(params, secret)
         self.expect_error = expect_error
         self.error = None
         self.done_cells = []
@@ -147,7 +149,10 @@ def main():
     b = Kernel("b", parameters(work, "b", 0, "a,b"))
     b.start()
     wait_for("two rounds of a", lambda: len(rounds(work, "a")) >= 2 or not a.is_alive(), 600)
-    c = Kernel("c", parameters(work, "c", 2, "a,b"))
+    # c holds only its own credential, as a volunteer would (Note [Member signatures]); its
+    # WORKER is left empty: the credential names it.
+    credential = subprocess.run([ARGS.gradbox, "secret", "--member", "c"], capture_output=True, text=True, check=True)
+    c = Kernel("c", dict(parameters(work, "c", 2, "a,b"), WORKER=""), secret=credential.stdout.strip())
     c.start()
     twin = Kernel("a-again", dict(parameters(work, "a", 1, "a,b"), LOCAL_DIR=os.path.join(work, "local-twin")))
     twin.start()
@@ -191,6 +196,8 @@ def main():
         check(" left" in line, f"{worker} did not announce its departure:\n{status}")
     check("UNSIGNED" not in status, f"the notebooks' workers did not sign their files:\n{status}")
     check("every file is signed" in a.output("# gradbox's source"), "the source cell did not take the run secret")
+    check("member credential for c" in c.output("# gradbox's source") and "worker(s) c" in c.output("# gradbox's source"),
+          f"c's session did not take its name from its credential: {c.output('# gradbox' + chr(39) + 's source')}")
     print(f"notebooks: a {len(ra)} rounds, b {len(rb)}, c {len(rc)} (joined mid-run, trained {c_trained}); twin refused; plots, export,"
           " cache and departures checked")
     for k in (a, b, c):  # the setup times README quotes

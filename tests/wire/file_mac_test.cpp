@@ -12,6 +12,7 @@
 #include "common/checksum.h"
 #include "common/error.h"
 #include "wire/envelope.h"
+#include "forged_files.h"
 
 namespace gradbox::wire {
 namespace {
@@ -124,13 +125,15 @@ TEST(FileMac, WhatAStrangerCanWriteIsRefusedBeforeItIsRead) {
                          FileKey{&mac, "rounds/r00000009/g-a-s0-0123456789abcdef.gbx"}, "replayed with its round rewritten");
   // Another run under the same secret (the run id is bound too, besides being checked).
   expect_signature_error(reframe(genuine, [](FileHeader& h, std::string&) { h.set_run_id("run-2"); }), key, "other run");
-  // Another tag with its checksum made right, or the tag cut off and the nonce dropped so that the
-  // file reads as unsigned.
-  std::string other_tag = genuine;
-  other_tag[other_tag.size() - kTrailerSize] ^= 0x80;
-  const uint64_t sum = checksum64(other_tag.data() + other_tag.size() - kTrailerSize, FileMac::kTagSize);
-  std::memcpy(other_tag.data() + other_tag.size() - 8, &sum, 8);
-  expect_signature_error(other_tag, key, "another tag");
+  // Another tag or another signature with the trailer's checksum made right, or the trailer cut
+  // off and the nonce dropped so that the file reads as unsigned.
+  for (const size_t from_end : {size_t{8 + FileMac::kTagSize}, kTrailerSize}) {
+    std::string other = genuine;
+    other[other.size() - from_end] ^= 0x80;
+    const uint64_t sum = checksum64(other.data() + other.size() - kTrailerSize, kTrailerSize - 8);
+    std::memcpy(other.data() + other.size() - 8, &sum, 8);
+    expect_signature_error(other, key, from_end == kTrailerSize ? "another signature" : "another tag");
+  }
   const std::string stripped = reframe(genuine, [](FileHeader& h, std::string&) { h.clear_mac_nonce(); });
   expect_signature_error(stripped.substr(0, stripped.size() - kTrailerSize), key, "stripped");
   // A tag damaged in transit is damage, not forgery: corrupt, so that the copy is fetched again.
@@ -170,6 +173,143 @@ TEST(FileMac, TheSecretComesFromItsFileElseTheEnvironment) {
   EXPECT_FALSE(RunSecret::find(std::nullopt).has_value());
   EXPECT_THROW(RunSecret::find(fs::path(testing::TempDir()) / "no-such-secret"), InputError);
   fs::remove(file);
+}
+
+// Note [Member signatures]: what a member credential can and cannot write.
+
+TEST(MemberSignatures, TheFileDigestIsTheSha256OfItsPiecesDigests) {
+  // Note [Member signatures]'s definition, serially, against file_digest's threads.
+  const auto reference = [](const std::string& bytes) {
+    std::string list;
+    const std::string_view context = "gradbox pieces 1";
+    const uint64_t context_size = context.size(), size = bytes.size();
+    list.append(reinterpret_cast<const char*>(&context_size), 8).append(context);
+    list.append(reinterpret_cast<const char*>(&size), 8);
+    for (size_t at = 0; at == 0 || at < bytes.size(); at += kDigestPiece) {
+      const Key32 d = sha256(std::string_view(bytes).substr(at, kDigestPiece));
+      list.append(reinterpret_cast<const char*>(d.data()), d.size());
+    }
+    return sha256(list);
+  };
+  for (const size_t size : {size_t{0}, size_t{1}, kDigestPiece - 1, kDigestPiece, kDigestPiece + 1, 3 * kDigestPiece + 17}) {
+    std::string bytes(size, '\0');
+    for (size_t i = 0; i < size; ++i) bytes[i] = static_cast<char>(i * 2654435761u >> 13);
+    const Key32 digest = file_digest(bytes);
+    EXPECT_EQ(digest, reference(bytes)) << size;
+    if (size > 0) {
+      bytes[size - 1] ^= 1;  // the last piece's last byte
+      EXPECT_NE(file_digest(bytes), digest) << size;
+    }
+  }
+  EXPECT_NE(file_digest(std::string(1, '\0')), file_digest(""));
+}
+
+RunSecret credential(const std::string& member) {
+  return RunSecret::from_text(FileMac(kSecret).issue_credential(member), "credential-" + member);
+}
+
+TEST(MemberSignatures, CredentialsAndTheRunSecretReadEachOthersFiles) {
+  const FileMac owner(kSecret), a(credential("a")), c(credential("c"));
+  EXPECT_EQ(a.member(), "a");
+  EXPECT_EQ(owner.member(), "");
+  const std::string payload(5000, 's');
+  // a's gradient, written with a's credential and with the run secret: every holder reads both.
+  for (const FileMac* writer : {&a, &owner}) {
+    const std::string bytes = frame(gradient_header(), payload, FileKey{writer, kRel});
+    for (const FileMac* reader : {&owner, &a, &c}) {
+      const WireFile file = parse(bytes, "f", FileKey{reader, kRel});
+      EXPECT_EQ(file.payload, payload);
+      EXPECT_EQ(file.header.member(), "a");
+    }
+  }
+  // The same key for a either way: a credential is the run secret's keys for one member.
+  EXPECT_EQ(owner.seal("a").public_key, a.seal("a").public_key);
+  EXPECT_NE(owner.seal("a").public_key, owner.seal("c").public_key);
+}
+
+TEST(MemberSignatures, AMemberCannotWriteUnderAnothersName) {
+  const FileMac owner(kSecret), c(credential("c"));
+  // frame() signs as the header's writer; c's credential holds only c's key.
+  EXPECT_THROW(frame(gradient_header(), "x", FileKey{&c, kRel}), std::logic_error);
+  // By hand: a's header signed with c's key and certificate, the MAC right (c has its key).
+  const std::string forged = signed_as(c, "c", gradient_header(), std::string(2048, 'f'), kRel);
+  for (const FileMac* reader : {&owner, &c}) {
+    try {
+      parse(forged, "rounds/x", FileKey{reader, kRel});
+      ADD_FAILURE() << "accepted";
+    } catch (const SignatureError& e) {
+      EXPECT_NE(std::string(e.what()).find("signed by member c but its header says a wrote it"), std::string::npos) << e.what();
+    }
+  }
+  // The same with the member field set to a, key and certificate still c's.
+  FileHeader h = gradient_header();
+  std::string as_a = signed_as(c, "c", h, std::string(2048, 'f'), kRel);
+  WireFile parsed = parse(as_a, "genuine");
+  EXPECT_EQ(parsed.header.member(), "c");
+  const std::string renamed = reframe(as_a, [](FileHeader& header, std::string&) { header.set_member("a"); });
+  expect_signature_error(renamed, FileKey{&owner, kRel}, "c's key presented as a's");
+}
+
+TEST(MemberSignatures, AKeyTheOwnerDidNotCertifyIsRefused) {
+  // Someone with the MAC key (every credential has it) certifies a key of its own for a, with an
+  // owner key it made up: right MAC, right writer, valid signature, the wrong owner.
+  const FileMac owner(kSecret);
+  const FileMac impostor(RunSecret::from_text("an owner key nobody gave out, long", "t"));
+  std::string bytes = signed_as(impostor, "a", gradient_header(), std::string(1000, 'i'), kRel);
+  // Its MAC is the impostor's: made right with the real MAC key, which c's credential carries.
+  const FileMac c(credential("c"));
+  const size_t tag_at = bytes.size() - 8 - FileMac::kTagSize;
+  const FileMac::Tag tag = c.tag("run-1", kRel, parse(bytes, "t").header.mac_nonce(), std::string_view(bytes).substr(0, tag_at));
+  std::memcpy(bytes.data() + tag_at, tag.data(), tag.size());
+  const uint64_t sum = checksum64(bytes.data() + bytes.size() - kTrailerSize, kTrailerSize - 8);
+  std::memcpy(bytes.data() + bytes.size() - 8, &sum, 8);
+  try {
+    parse(bytes, "rounds/x", FileKey{&owner, kRel});
+    ADD_FAILURE() << "accepted";
+  } catch (const SignatureError& e) {
+    EXPECT_NE(std::string(e.what()).find("not certified by this run's owner"), std::string::npos) << e.what();
+  }
+}
+
+TEST(MemberSignatures, AFileOfAnOlderSignedVersionIsRefusedNamingTheVersion) {
+  const FileMac owner(kSecret);
+  const std::string genuine = frame(gradient_header(), std::string(100, 'v'), FileKey{&owner, kRel});
+  std::string old = reframe(genuine, [](FileHeader& h, std::string&) { h.set_version(kMacOnlyWireVersion); });
+  old.erase(old.size() - kTrailerSize, kTrailerSize - kMacOnlyTrailerSize);  // a version 2 trailer: tag and checksum
+  const uint64_t sum = checksum64(old.data() + old.size() - kMacOnlyTrailerSize, FileMac::kTagSize);
+  std::memcpy(old.data() + old.size() - 8, &sum, 8);
+  ASSERT_EQ(verify_bytes(old).state, FileState::complete) << verify_bytes(old).reason;
+  try {
+    parse(old, "rounds/x", FileKey{&owner, kRel});
+    ADD_FAILURE() << "accepted";
+  } catch (const SignatureError& e) {
+    EXPECT_NE(std::string(e.what()).find("wire version 2"), std::string::npos) << e.what();
+  }
+}
+
+TEST(MemberSignatures, ACredentialIsCheckedAsItIsReadAndCannotMakeOthers) {
+  const std::string text = FileMac(kSecret).issue_credential("b");
+  EXPECT_TRUE(text.starts_with("gradbox-member-1:b:")) << text;
+  EXPECT_EQ(FileMac(kSecret).issue_credential("b"), text);  // the same secret and name, the same credential
+  const RunSecret b = RunSecret::from_text("  " + text + "\n", "b.secret");
+  EXPECT_TRUE(b.is_member_credential());
+  EXPECT_THROW(FileMac(b).issue_credential("d"), InputError);
+  const auto refused = [](const std::string& damaged, const std::string& why) {
+    try {
+      RunSecret::from_text(damaged, "b.secret");
+      ADD_FAILURE() << why << ": accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("b.secret"), std::string::npos) << e.what();
+    }
+  };
+  refused(text.substr(0, text.size() - 2), "cut short");
+  std::string flipped = text;
+  flipped[text.size() - 5] = flipped[text.size() - 5] == '0' ? '1' : '0';
+  refused(flipped, "a certificate digit changed");
+  std::string renamed = text;
+  renamed.replace(std::string("gradbox-member-1:").size(), 1, "a");
+  refused(renamed, "another name on b's key and certificate");
+  refused("gradbox-member-1:b:00", "too few fields");
 }
 
 }  // namespace
