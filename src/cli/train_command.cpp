@@ -14,6 +14,7 @@
 #include "common/error.h"
 #include "common/json_file.h"
 #include "common/log.h"
+#include "common/paths.h"
 #include "exchange/folder_exchange.h"
 #include "transport/hybrid_exchange.h"
 #include "transport/network_exchange.h"
@@ -217,13 +218,9 @@ std::shared_ptr<const wire::FileMac> run_mac(const SharedFlags& f) {
   std::optional<std::filesystem::path> file;
   if (!f.run_secret_file.empty()) {
     file = f.run_secret_file;
-    const std::string shared = f.shared.substr(f.shared.find(':') == std::string::npos ? 0 : f.shared.find(':') + 1);
-    std::error_code ec;
-    const std::filesystem::path secret = std::filesystem::weakly_canonical(*file, ec);
-    const std::filesystem::path folder = std::filesystem::weakly_canonical(shared, ec);
-    const auto [end, _] = std::mismatch(folder.begin(), folder.end(), secret.begin(), secret.end());
-    GB_REQUIRE(f.shared.find(':') != std::string::npos || folder.empty() || end != folder.end(), "--run-secret-file ", f.run_secret_file,
-               ": lies in the shared folder ", f.shared, ", where everyone who can read it could sign; keep it outside");
+    const bool remote = f.shared.find(':') != std::string::npos;  // an rclone remote: nothing local to lie in
+    GB_REQUIRE(remote || !is_within(*file, f.shared), "--run-secret-file ", f.run_secret_file, ": lies in the shared folder ",
+               f.shared, ", where everyone who can read it could sign; keep it outside");
   }
   std::optional<wire::RunSecret> secret = wire::RunSecret::find(file);
   if (!secret) {

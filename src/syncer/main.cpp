@@ -72,6 +72,13 @@ void check_local(const std::string& local) {
   GB_REQUIRE(::access(local.c_str(), W_OK) == 0, "--local: '", local, "' is not writable");
 }
 
+// The worker reads this status as "my disk is full" and names the path from the line above it
+// (Note [A full disk] in common/disk_space.h).
+int exit_for_full_disk(const Syncer& syncer) {
+  std::cerr << "gradbox-sync: error: the local disk is full: " << *syncer.local_disk_full() << "\n";
+  return mirror::kSyncerExitLocalDiskFull;
+}
+
 int run_daemon(Syncer& syncer, const Flags& f) {
   log::Logger logger("syncer");
   asio::io_context io;
@@ -148,10 +155,7 @@ int run_daemon(Syncer& syncer, const Flags& f) {
   } catch (const std::exception& e) {
     if (!syncer.note_if_disk_full(e)) throw;
   }
-  if (syncer.local_disk_full()) {
-    std::cerr << "gradbox-sync: error: the local disk is full: " << *syncer.local_disk_full() << "\n";
-    return mirror::kSyncerExitLocalDiskFull;
-  }
+  if (syncer.local_disk_full()) return exit_for_full_disk(syncer);
   logger.info("stopped");
   return 0;
 }
@@ -225,9 +229,7 @@ int main(int argc, char** argv) {
       } catch (const std::exception& e) {
         if (!syncer.note_if_disk_full(e)) throw;
       }
-      if (!syncer.local_disk_full()) return 0;
-      std::cerr << "gradbox-sync: error: the local disk is full: " << *syncer.local_disk_full() << "\n";
-      return mirror::kSyncerExitLocalDiskFull;
+      return syncer.local_disk_full() ? exit_for_full_disk(syncer) : 0;
     }
     return run_daemon(syncer, f);
   } catch (const InputError& e) {

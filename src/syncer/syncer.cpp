@@ -10,6 +10,7 @@
 #include "common/disk_space.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/paths.h"
 #include "wire/envelope.h"
 
 namespace gradbox::syncer {
@@ -346,12 +347,7 @@ bool Syncer::note_if_disk_full(const std::exception& e) {
   std::string path;
   if (!is_disk_full(e, &path)) return false;
   // A path-less error (a std::system_error) comes from a local call: the backends name theirs.
-  auto under_local = [&] {
-    const fs::path local = fs::absolute(options_.local).lexically_normal();
-    const fs::path where = fs::absolute(path).lexically_normal();
-    return std::mismatch(local.begin(), local.end(), where.begin(), where.end()).first == local.end();
-  };
-  const bool ours = path.empty() || under_local();
+  const bool ours = path.empty() || is_within(path, options_.local);
   std::lock_guard lock(mutex_);
   ++stats_.transfer_errors;
   changed();

@@ -4,12 +4,15 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -42,6 +45,26 @@ inline std::vector<nlohmann::json> read_metrics(const fs::path& run) {
   std::ifstream in(run / "metrics.jsonl");
   for (std::string line; std::getline(in, line);) records.push_back(nlohmann::json::parse(line));
   return records;
+}
+
+// A worker's exchange counters (<base>/<name>/sync/exchange/stats.json); {} before the first.
+inline nlohmann::json exchange_stats(const fs::path& base, const std::string& name) {
+  const std::string text = read_bytes(base / name / "sync" / "exchange" / "stats.json");
+  const nlohmann::json j = text.empty() ? nlohmann::json::object() : nlohmann::json::parse(text, nullptr, false);
+  return j.is_object() ? j : nlohmann::json::object();  // caught mid-write: as if not there yet
+}
+
+// The newest round a worker applied, as its counters say.
+inline int round_of(const fs::path& base, const std::string& name) { return exchange_stats(base, name).value("round", 0); }
+
+// Polls `condition` every 10 ms for up to `seconds`; false on timeout.
+inline bool wait_for(const std::function<bool()>& condition, double seconds = 180) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
 }
 
 class CliTest : public ::testing::Test {

@@ -94,26 +94,6 @@ class ElasticTest : public CliTest {
     return out;
   }
 
-  static nlohmann::json exchange_stats(const fs::path& base, const std::string& name) {
-    const std::string text = read_bytes(base / name / "sync" / "exchange" / "stats.json");
-    return text.empty() ? nlohmann::json::object() : nlohmann::json::parse(text, nullptr, false);
-  }
-
-  static int round_of(const fs::path& base, const std::string& name) {
-    const nlohmann::json j = exchange_stats(base, name);
-    return j.is_object() ? j.value("round", 0) : 0;
-  }
-
-  // Polls `condition` every 10 ms for up to `seconds`; false on timeout.
-  static bool wait_for(const std::function<bool()>& condition, double seconds = 180) {
-    const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
-    while (Clock::now() < deadline) {
-      if (condition()) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return false;
-  }
-
   static fs::path final_checkpoint(const fs::path& run, int steps) {
     char name[32];
     std::snprintf(name, sizeof name, "step_%08d", steps);

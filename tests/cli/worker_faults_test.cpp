@@ -79,21 +79,6 @@ class FullDiskTest : public CliTest {
     return start_process(argv, base / "b.log");
   }
 
-  static int round_of(const fs::path& base, const std::string& name) {
-    const std::string text = read_bytes(base / name / "sync" / "exchange" / "stats.json");
-    const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-    return j.is_object() ? j.value("round", 0) : 0;
-  }
-
-  static bool wait_for(const std::function<bool()>& condition, double seconds) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (condition()) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return false;
-  }
-
   struct Outcome {
     int a_exit = -1;
     std::optional<int> b_exit;  // nullopt: b still ran a minute after its disk filled (a hang)
@@ -207,8 +192,8 @@ TEST_F(CliTest, AWorkerWhoseSyncerIsKilledStopsAtOnceAndSaysSo) {
   const pid_t a = start_process(FullDiskTest::worker_argv(base, "a", 30), base / "a.log");
   const pid_t b = start_process(FullDiskTest::worker_argv(base, "b", 30), base / "b.log");
   pid_t syncer = 0;
-  const bool running = FullDiskTest::wait_for(
-      [&] { return FullDiskTest::round_of(base, "b") >= 5 && (syncer = syncer_of(base / "b" / "sync")) != 0; }, 180);
+  const bool running = wait_for(
+      [&] { return round_of(base, "b") >= 5 && (syncer = syncer_of(base / "b" / "sync")) != 0; }, 180);
   std::optional<int> b_exit;
   if (running) {
     kill(syncer, SIGKILL);

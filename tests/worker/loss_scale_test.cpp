@@ -42,7 +42,9 @@ TEST(LossScaler, ReplicasOnTheSameRoundsAndAJoinerFromTheirCheckpointAgree) {
     if (r == 3000) joiner.restore(a.scale(), a.good_steps());
     if (r > 3000) round(joiner, r);
     ASSERT_EQ(a.scale(), b.scale()) << "round " << r;
-    if (r >= 3000) ASSERT_EQ(joiner.scale(), a.scale()) << "round " << r;
+    if (r >= 3000) {  // braces: gtest's ASSERT_EQ is an if/else inside
+      ASSERT_EQ(joiner.scale(), a.scale()) << "round " << r;
+    }
   }
 }
 
