@@ -115,6 +115,8 @@ void run(const Options& o) {
     c.mode = sim::ProjectedMode::per_step_all_gather;
     c.wire_bytes_per_parameter = codec_bytes().at("fp16-raw");
     c.wait_for_all = true;
+  } else {
+    c.upload_cap_gb = o.upload_cap_gb;  // gradbox slows a run down before the cap; the source run had no such rule
   }
   std::printf("%s, %.0f tokens/s per worker (%s), %llu tokens per step; %s, %.2f wire bytes/parameter%s; "
               "links up %.0f / down %.0f MB/s, lag median %.0f s, p90 %.0f s; sessions %s\n",
@@ -140,11 +142,13 @@ void run(const Options& o) {
                 p.round_upload_gb_per_worker_day, p.deaths, p.joins, p.virtual_hours);
     const sim::Projection::TimeShares& t = p.time;
     std::printf("%7s time: %.1f%% in averages, %.1f%% lost with dying sessions, %.1f%% left out, %.1f%% set-up, "
-                "%.1f%% starting or joining, %.1f%% waiting;%s upload %.0f%% of --upload-cap-gb %.0f\n",
+                "%.1f%% starting or joining, %.1f%% waiting;%s upload %.0f%% of --upload-cap-gb %.0f%s\n",
                 "", 100 * t.useful, 100 * t.lost_at_death, 100 * t.left_out, 100 * t.setup, 100 * t.joining, 100 * t.idle,
                 p.joins > 0 ? str(" a joiner's first step ", std::lround(p.join_median_s), " s after its set-up (median);").c_str()
                             : "",
-                100 * p.upload_gb_per_worker_day / o.upload_cap_gb, o.upload_cap_gb);
+                100 * p.upload_gb_per_worker_day / o.upload_cap_gb, o.upload_cap_gb,
+                p.final_grad_accum > 1 ? str(" (slowed down to stay under it: grad_accum x", p.final_grad_accum, " by the end)").c_str()
+                                       : "");
     std::fflush(stdout);
   }
 }

@@ -34,6 +34,9 @@ struct FolderExchangeConfig {
   // the last day's uploads near it and when they reach it, and a run whose pace would reach it
   // is slowed down (Note [Slowing down before the upload cap] in exchange/control_agreement.h).
   uint64_t upload_cap_bytes = 750ull * 1000 * 1000 * 1000;
+  // What a file counts against upload_cap_bytes; empty: its size. The speed-up projection runs a
+  // small model's files through the protocol and charges a large model's sizes (sim/projection.h).
+  std::function<uint64_t(const std::string& rel, uint64_t bytes)> nominal_upload_bytes;
   // The run's --grad-accum: what that slow-down doubles while no live control sets grad_accum.
   int64_t grad_accum = 1;
   // The founding members (the whole first view when the run is new); empty: this worker alone.

@@ -114,7 +114,8 @@ void ExchangeContext::publish(const std::string& rel, const std::string& bytes) 
   mirror.publish(rel, bytes);
   stats.bytes_written += bytes.size();
   if (rel.starts_with(kRoundsDirPrefix)) stats.round_bytes_written += bytes.size();
-  uploads_.emplace_back(clock.unix_ms(), bytes.size());
+  uploads_.emplace_back(clock.unix_ms(),
+                        config.nominal_upload_bytes ? config.nominal_upload_bytes(rel, bytes.size()) : bytes.size());
   if (!first_upload_ms_) first_upload_ms_ = uploads_.back().first;
   check_upload_cap();
 }

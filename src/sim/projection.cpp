@@ -157,6 +157,8 @@ class ProjectionRun {
     c.poll_interval_s = config_.poll_s > 0 ? config_.poll_s
                                            : std::clamp(compute_s_ * std::max(1, config_.inner_steps) / 1000, 1.0, 10.0);
     c.incarnation_seed = rng_() | 1;
+    c.upload_cap_bytes = static_cast<uint64_t>(config_.upload_cap_gb * 1e9);
+    c.nominal_upload_bytes = folder_model().nominal_bytes;
     return c;
   }
 
@@ -225,6 +227,8 @@ class ProjectionRun {
       if (!fresh) it->second.first_applied_s = std::min(it->second.first_applied_s, a.at_s);
     }
     if (rounds.empty()) return p;
+    for (const SimObserver::Applied& a : observer_.history())
+      if (a.round == rounds.rbegin()->first) p.final_grad_accum = std::max(p.final_grad_accum, a.grad_accum);
     double tokens = 0, contributors = 0;
     for (const auto& [round, r] : rounds) {
       tokens += static_cast<double>(r.tokens);

@@ -19,7 +19,10 @@
 //     listings that miss a file for another lag, first copies that are partial;
 //   - sessions' lives: each session dies without warning after an exponential lifetime (capped,
 //     as Colab caps a session), and a new session under the same name comes back after a
-//     set-up time, with an empty disk: it joins from the newest folder checkpoint.
+//     set-up time, with an empty disk: it joins from the newest folder checkpoint;
+//   - Drive's daily upload cap: each worker's uploads count at their charged sizes, so that the
+//     exchange's own rule (Note [Slowing down before the upload cap]) doubles grad_accum when
+//     the pace nears the cap, as it would in the run.
 // Validated against measured clusters (tests/cli/simulator_validation_test.cpp): three real
 // workers through the cloud-folder simulator, projected from their measured compute, within
 // ±20% in time per round and tokens/s (per step sharded with and without overlap, DiLoCo).
@@ -71,6 +74,9 @@ struct ProjectionConfig {
   // Folder checkpoints (weights and optimizer state, for joiners) every so many hours of
   // compute; the first and the last are always published.
   double checkpoint_hours = 1;
+  // Each account's upload per 24 h (Drive: about 750 GB); 0: none (the source scheme had no
+  // such rule, and the calibration projects it as it ran).
+  double upload_cap_gb = 0;
   double hours = 24;         // virtual hours of training to project
   uint64_t seed = 1;
 };
@@ -89,6 +95,9 @@ struct Projection {
   double upload_gb_per_worker_day = 0;
   double round_upload_gb_per_worker_day = 0;
   int deaths = 0, joins = 0;
+  // The grad_accum the last round was computed with: above 1 when the run slowed down to stay
+  // under the upload cap (each doubling halves the bytes per token).
+  int64_t final_grad_accum = 1;
   // Where the workers' time went, as shares of workers x the run's length (they sum to 1):
   // steps whose tokens are in an agreed average (the utilisation), steps lost with a session
   // that died, steps left out of averages by live workers (too late), new sessions' set-up,

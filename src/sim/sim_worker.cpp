@@ -181,6 +181,16 @@ void run_sim_worker(const SimWorkerSpec& spec, mirror::Mirror& mirror, mirror::C
   std::vector<float> grad(spec.parameters);
   std::vector<float> inner(spec.parameters);
   bool perturbed = false;
+  // Live control's grad_accum (Note [Live control]): every step (a per-step round, a DiLoCo
+  // inner step) takes that many micro-steps' compute and tokens from the round the agreement
+  // names, as the trainer's do.
+  int64_t accum = spec.exchange.grad_accum;
+  auto compute_step = [&](uint64_t round) {
+    for (int64_t i = 0; i < accum; ++i) {
+      compute();
+      observer.stepped(spec.name, round, clock.now_s());
+    }
+  };
   // DiLoCo: inner SGD steps from the global parameters; grad becomes the delta global - inner.
   // Returns the steps taken: all of them, or (time-boxed) as many as fit, as the trainer does.
   auto inner_steps = [&](uint64_t round) {
@@ -190,20 +200,19 @@ void run_sim_worker(const SimWorkerSpec& spec, mirror::Mirror& mirror, mirror::C
     int taken = 0;
     while (taken < spec.inner_steps) {
       toy_gradient(spec.name, round * 1000 + static_cast<uint64_t>(taken), inner, grad);
-      compute();
-      observer.stepped(spec.name, round, clock.now_s());
+      compute_step(round);
       for (size_t i = 0; i < inner.size(); ++i) inner[i] -= static_cast<float>(spec.lr) * grad[i];
       ++taken;
       exchange->between_rounds((round - 1) * static_cast<uint64_t>(spec.inner_steps) + static_cast<uint64_t>(taken));
       // The next step's cost: the mean so far, as the trainer; with overlap the steps computed
       // during the last exchange took no time here, so what is left of a step's compute.
-      const double next_step = spec.overlap_steps > 0 ? std::max(0.0, spec.compute_s - overlapped_s)
+      const double next_step = spec.overlap_steps > 0 ? std::max(0.0, spec.compute_s * static_cast<double>(accum) - overlapped_s)
                                                       : (clock.now_s() - entered) / taken;
       if (spec.round_seconds > 0 && clock.now_s() - opened + next_step > spec.round_seconds) break;
       if (spec.partial_every > 0 && taken % spec.partial_every == 0 && taken < spec.inner_steps) {
         for (size_t i = 0; i < inner.size(); ++i) grad[i] = local.params[i] - inner[i];
         exchange->offer_partial(round, grad.data(), grad.size(),
-                                {spec.tokens_per_round * static_cast<uint64_t>(taken), 1.0, false});
+                                {spec.tokens_per_round * static_cast<uint64_t>(taken * accum), 1.0, false});
       }
     }
     for (size_t i = 0; i < inner.size(); ++i) grad[i] = local.params[i] - inner[i];
@@ -216,9 +225,6 @@ void run_sim_worker(const SimWorkerSpec& spec, mirror::Mirror& mirror, mirror::C
       local.params[i] -= lr * (grad[i] + mu * local.momentum[i]);
     }
   };
-  // Live control's grad_accum (Note [Live control]): per-step rounds take that many steps'
-  // compute and tokens from the round the agreement names, as the trainer's do.
-  int64_t accum = spec.exchange.grad_accum;
   std::optional<exchange::AgreedControl> pending_control;
   auto run_rounds = [&] {
     while (local.step < spec.rounds) {
@@ -232,12 +238,11 @@ void run_sim_worker(const SimWorkerSpec& spec, mirror::Mirror& mirror, mirror::C
       int taken = 0;
       if (contributes && diloco) {
         taken = inner_steps(round);
-        mine = {spec.tokens_per_round * static_cast<uint64_t>(taken), 1.0, false};
+        mine = {spec.tokens_per_round * static_cast<uint64_t>(taken * accum), 1.0, false};
       } else if (contributes) {
         taken = 1;
         toy_gradient(spec.name, round, local.params, grad);
-        for (int64_t i = 0; i < accum; ++i) compute();
-        observer.stepped(spec.name, round, clock.now_s());
+        compute_step(round);
         mine = {spec.tokens_per_round * static_cast<uint64_t>(accum), 1.0, false};
       } else {
         std::fill(grad.begin(), grad.end(), 0.0f);
@@ -246,7 +251,7 @@ void run_sim_worker(const SimWorkerSpec& spec, mirror::Mirror& mirror, mirror::C
       const double exchange_began = clock.now_s();
       const exchange::RoundResult result = exchange->all_reduce(round, grad.data(), grad.size(), mine);
       overlapped_s = contributes && !result.resync
-                         ? std::min(clock.now_s() - exchange_began, spec.overlap_steps * spec.compute_s)
+                         ? std::min(clock.now_s() - exchange_began, spec.overlap_steps * spec.compute_s * static_cast<double>(accum))
                          : 0;
       if (result.control) pending_control = result.control;
       if (result.resync) {
@@ -265,7 +270,7 @@ void run_sim_worker(const SimWorkerSpec& spec, mirror::Mirror& mirror, mirror::C
       const std::vector<float> state = local.state();
       exchange->after_update(round, state.data(), state.size());
       observer.applied({spec.name, round, checksum_of(state), contributes, taken, result.wait_seconds,
-                        result.contributors, result.tokens, clock.now_s()},
+                        result.contributors, result.tokens, clock.now_s(), accum},
                        result.contributions);
       if (spec.checkpoint_interval > 0 && round % static_cast<uint64_t>(spec.checkpoint_interval) == 0) checkpoint();
     }

@@ -69,6 +69,7 @@ class SimObserver {
     int contributors = 0;     // whose contributions the round's average holds
     uint64_t tokens = 0;      // the round's average's tokens (RoundResult::tokens)
     double at_s = 0;          // virtual time it was applied
+    int64_t grad_accum = 1;   // the agreed grad_accum its steps were computed with
   };
   void applied(const Applied& a, std::vector<exchange::AgreedContribution> contributions = {});
   // A worker took one step of compute (an inner step, or a per-step round's gradient) for `round`.

@@ -72,6 +72,29 @@ TEST(Projection, ASlowFolderCostsWhatItsBytesAndLagCost) {
   EXPECT_LT(p.upload_gb_per_worker_day, (contributions_gb * 1.01 + 2 * 0.12 + 0.01) / days);
 }
 
+// Drive's daily upload cap, as the exchange's own rule meets it (Note [Slowing down before the
+// upload cap]): slow_folder() uploads 20 MB a round every ~2 minutes, ~15 GB a day. Under a
+// 10 GB cap the pace passes 90% of it, so after the first hour grad_accum doubles once (half
+// the pace is under 90%); rounds then carry twice the tokens for the same bytes.
+TEST(Projection, APaceNearTheUploadCapSlowsTheRunDownAsTheExchangeWould) {
+  ProjectionConfig c = slow_folder();
+  c.hours = 3;
+  const Projection uncapped = project(c);
+  c.upload_cap_gb = 10;
+  const Projection capped = project(c);
+  expect_clean(uncapped);
+  expect_clean(capped);
+  EXPECT_EQ(uncapped.final_grad_accum, 1);
+  EXPECT_GT(uncapped.round_upload_gb_per_worker_day, 0.9 * 10);
+  EXPECT_EQ(capped.final_grad_accum, 2);
+  EXPECT_LT(capped.round_upload_gb_per_worker_day, 0.8 * uncapped.round_upload_gb_per_worker_day);
+  // Every round's exchange now serves two steps of compute.
+  EXPECT_GT(capped.speedup, uncapped.speedup);
+  std::cout << "upload cap 10 GB/day: " << uncapped.round_upload_gb_per_worker_day << " -> "
+            << capped.round_upload_gb_per_worker_day << " GB/day of rounds' files, speed-up " << uncapped.speedup
+            << "x -> " << capped.speedup << "x\n";
+}
+
 // `c` projected in turn and with τ steps overlapped, rounds of round_compute_s of compute: the
 // exchange (10 to 40 s through the slow folder) costs its time in turn, and overlapped only what
 // τ steps of step_s do not cover (within the polls). Nobody is left out either way.
