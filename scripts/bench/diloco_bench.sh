@@ -82,8 +82,10 @@ run_config() {
         esac
       done
       emulate "$name" "${flags[@]}"; return ;;
-    # [warmup-]diloco-h<H>[-f<fragments>][-o<overlap steps>]-<codec>, e.g. diloco-h50-int4 or
-    # diloco-h48-f4-o2-fp16 (streaming: four fragments, each round overlapped with two steps).
+    # [warmup-]diloco-h<H>[-f<fragments>][-o<overlap steps>][-r<round seconds>][-p<partial every>]-<codec>,
+    # e.g. diloco-h50-int4, diloco-h48-f4-o2-fp16 (streaming: four fragments, each round
+    # overlapped with two steps) or warmup-diloco-h20-r30-o19-p1-int4 (the headline's
+    # overlapped time boxes with partial deltas; a box long enough here for its H steps).
     diloco-* | warmup-diloco-*)
       local part parts
       sync=(--sync diloco)
@@ -95,6 +97,8 @@ run_config() {
           h[0-9]*) sync+=(--inner-steps "${part#h}") ;;
           f[0-9]*) sync+=(--fragments "${part#f}") ;;
           o[0-9]*) sync+=(--overlap-steps "${part#o}") ;;
+          r[0-9]*) sync+=(--round-seconds "${part#r}") ;;
+          p[0-9]*) sync+=(--partial-every "${part#p}") ;;
           fp16 | bf16 | int8 | int4 | fp32) codec=$part ;;
           *) echo "unknown part $part of configuration $name" >&2; exit 2 ;;
         esac

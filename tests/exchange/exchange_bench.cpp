@@ -4,6 +4,7 @@
 //   exchange_bench --grad FILE [--workers 3] [--rounds 5] [--dir /tmp/gradbox_exchange_bench]
 //                  [--patterns all-gather,sharded] [--codecs fp32,fp16,bf16,int8,int4]
 //                  [--poll-ms 5] [--gc-window 2] [--context-repeats 3] [--keep] [--log-level warn]
+//                  [--signed] [--max-norm-ratio 10]
 //
 // FILE holds a flat fp32 gradient as `codec_bench --dump` writes it (u64 n, then n floats).
 // N workers run in this one process, each a FolderExchange in its own thread, each paired with
@@ -88,6 +89,10 @@ struct Options {
   int context_repeats = 3;
   bool keep = false;
   std::string log_level = "warn";
+  // Every file MAC'd and member-signed (Note [Signed files], Note [Member signatures]).
+  bool signed_run = false;
+  // The owners' norm check (Note [Checked contributions]); 0: only the finiteness check.
+  double max_norm_ratio = exchange::FolderExchangeConfig{}.max_norm_ratio;
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -117,6 +122,8 @@ Options parse(int argc, char** argv) {
     else if (a == "--context-repeats") o.context_repeats = std::stoi(value());
     else if (a == "--keep") o.keep = true;
     else if (a == "--log-level") o.log_level = value();
+    else if (a == "--signed") o.signed_run = true;
+    else if (a == "--max-norm-ratio") o.max_norm_ratio = std::stod(value());
     else throw std::runtime_error("unknown option " + a);
   }
   if (o.grad.empty()) throw std::runtime_error("--grad FILE is required (codec_bench --dump FILE writes one)");
@@ -298,6 +305,8 @@ ConfigResult run_config(const Options& opt, const std::vector<float>& base, exch
       c.give_up_timeout_s = 1800;
       c.fingerprint_interval = 0;
       c.gc_window = opt.gc_window;
+      c.max_norm_ratio = opt.max_norm_ratio;
+      if (opt.signed_run) c.file_mac = std::make_shared<const wire::FileMac>(wire::RunSecret::from_text("the bench's run secret", "bench"));
       c.check_alive = [&failed] {
         if (failed) throw std::runtime_error("another worker failed");
       };
@@ -524,9 +533,9 @@ int main(int argc, char** argv) try {
   const size_t n = base.size();
   const double fp32_mb = 4e-6 * static_cast<double>(n);
   std::printf("gradient: %s, %zu elements (%.1f MB fp32); %d workers, %d rounds per configuration, "
-              "syncer poll %d ms, gc window %d, codec threads 1, %u hardware threads\n",
+              "syncer poll %d ms, gc window %d, codec threads 1, %u hardware threads; %s, --max-norm-ratio %g\n",
               opt.grad.c_str(), n, fp32_mb, opt.workers, opt.rounds, opt.poll_ms, opt.gc_window,
-              std::thread::hardware_concurrency());
+              std::thread::hardware_concurrency(), opt.signed_run ? "signed" : "unsigned", opt.max_norm_ratio);
   fs::create_directories(opt.dir);
 
   // Context: the codec alone on the whole gradient.
