@@ -98,7 +98,8 @@ run_config() {
           f[0-9]*) sync+=(--fragments "${part#f}") ;;
           o[0-9]*) sync+=(--overlap-steps "${part#o}") ;;
           r[0-9]*) sync+=(--round-seconds "${part#r}") ;;
-          p[0-9]*) sync+=(--partial-every "${part#p}") ;;
+          # An owner waits a deadline more for partials: the failover must exceed two deadlines.
+          p[0-9]*) sync+=(--partial-every "${part#p}" --failover-timeout 90) ;;
           fp16 | bf16 | int8 | int4 | fp32) codec=$part ;;
           *) echo "unknown part $part of configuration $name" >&2; exit 2 ;;
         esac

@@ -133,6 +133,13 @@ double Trainer::diloco_step(double lr) {
     for (size_t i = 0; i < fragments_.size() && !reloaded_; ++i)
       outer_round(next_round(), (first + i) % fragments_.size());
   } else if (round_ends_after_step(done)) {
+    // Overlapped boxes: H steps fit in this box before the round before was agreed. That round
+    // is applied first, as when a box closes: the exchange serves one round at a time, and the
+    // two rounds' deltas share delta_.
+    if (in_flight_) {
+      apply_fragment_round();
+      if (reloaded_) return local.loss;
+    }
     outer_round(round, fragment_due_after(done), config_.overlap_steps > 0);
   } else if (contributes) {
     offer_partial_delta(round);

@@ -368,6 +368,26 @@ TEST_F(DilocoTest, OverlappedTimeBoxedRoundsKeepEveryoneAndAgree) {
   expect_identical_replicas(base, kRounds * kInner);
 }
 
+// The same with boxes longer than a round's steps take: each round ends at its H-th step, not
+// at its box, while the round before may still be in flight. That round is applied first, as
+// when a box closes (the two share the Δ buffer); this once overwrote the Δ being averaged and
+// crashed the workers (found by scripts/bench/diloco_bench.sh with the headline's flags).
+TEST_F(DilocoTest, OverlappedBoxesThatOutlastTheirStepsKeepEveryoneAndAgree) {
+  const fs::path base = dir("diloco_boxed_overlap_fits");
+  constexpr int kRounds = 6, kInner = 5;
+  run_cluster(base,
+              {"--sync", "diloco", "--inner-steps", std::to_string(kInner), "--overlap-steps", std::to_string(kInner - 1),
+               "--max-steps", std::to_string(kRounds * kInner), "--round-seconds", "120", "--eval-interval", "0"},
+              kOneSlow);
+  const auto rounds = per_worker(base, "inner_steps");
+  for (const Worker& w : kOneSlow) ASSERT_EQ(rounds.at(w.name).size(), static_cast<size_t>(kRounds)) << w.name;
+  for (int r = 0; r < kRounds; ++r) {
+    EXPECT_EQ(rounds.at("a")[r]["contributors"], 3) << "round " << r + 1;
+    for (const Worker& w : kOneSlow) EXPECT_EQ(rounds.at(w.name)[r]["inner_steps"], kInner) << w.name << " round " << r + 1;
+  }
+  expect_identical_replicas(base, kRounds * kInner);
+}
+
 TEST_F(DilocoTest, TimeBoxedPerStepRoundsAccumulateWhatFits) {
   const fs::path base = dir("per_step_boxed");
   constexpr int kBoxedSteps = 8, kMost = 4096;  // far more than a 0.4 s box holds on any machine
