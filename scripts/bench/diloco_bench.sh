@@ -133,7 +133,7 @@ for name in configs:
     metrics = [json.loads(l) for l in open(os.path.join(run, "a", "metrics.jsonl"))]
     tokens = max(r["tokens"] for r in metrics if "tokens" in r)  # all workers' tokens behind a's state
     val = [r["val_loss"] for r in metrics if "val_loss" in r]
-    steps = max(r["step"] for r in metrics if "step" in r)
+    steps = max(r["step"] for r in metrics if "loss" in r)  # training steps (a closed box's round record names the next)
     rounds = max((r["round"] for r in metrics if "round" in r), default=steps)
     rows[name] = dict(up=up / len(workers) / (tokens / 1e6), down=down / len(workers) / (tokens / 1e6),
                       per_round=up / len(workers) / max(rounds, 1),
