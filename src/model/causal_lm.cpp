@@ -109,7 +109,14 @@ torch::Tensor CausalLM::forward(const torch::Tensor& idx) {
 
 torch::Tensor CausalLM::loss(const torch::Tensor& idx, const torch::Tensor& targets, int64_t head_chunk_rows) {
   if (head_chunk_rows <= 0) return language_model_loss(forward(idx), targets);
-  return chunked_lm_loss(hidden(idx), head_weight(), targets, head_chunk_rows);
+  return chunked_lm_loss(hidden(idx), head_weight(), targets, head_chunk_rows,
+                         kept_grad_buffers_ ? &head_grad_ : nullptr);
+}
+
+void CausalLM::set_kept_grad_buffers(bool on) {
+  kept_grad_buffers_ = on;
+  token_embedding()->options.sparse(on);
+  if (!on) head_grad_ = torch::Tensor();
 }
 
 torch::Tensor language_model_loss(const torch::Tensor& logits, const torch::Tensor& targets) {

@@ -28,6 +28,18 @@ class CausalLM : public torch::nn::Module {
   virtual torch::Tensor hidden(const torch::Tensor& idx) = 0;
   // The LM head's weight (vocab_size, n_embd): the token embedding when they are tied.
   virtual torch::Tensor head_weight() = 0;
+  // The token embedding table (vocab_size, n_embd).
+  virtual torch::nn::Embedding token_embedding() = 0;
+  // Note [Kept gradient buffers]
+  // For a model whose .grad tensors are kept dense buffers (FlatParameters), backward can add
+  // into them directly instead of handing autograd vocab x C tensors made fresh every step:
+  //  - the token embedding gives autograd its batch's rows alone (a sparse gradient), not a
+  //    vocab x C table of zeros with a few hundred rows added (154 MB at GPT-2's vocabulary),
+  //    and AccumulateGrad adds those rows into .grad;
+  //  - the chunked head adds its weight gradient straight into .grad (Note [Head gradient
+  //    into the kept .grad] in chunked_lm_loss.h), from a buffer the model keeps.
+  // Off by default: a parameter with no .grad would be handed the sparse tensor itself.
+  void set_kept_grad_buffers(bool on);
   // Mean cross-entropy of the next tokens: language_model_loss(forward(idx), targets), or with
   // head_chunk_rows > 0 the chunked head (Note [Chunked LM head] in chunked_lm_loss.h).
   torch::Tensor loss(const torch::Tensor& idx, const torch::Tensor& targets, int64_t head_chunk_rows = 0);
@@ -76,6 +88,8 @@ class CausalLM : public torch::nn::Module {
 
  private:
   std::set<std::string> no_decay_;
+  bool kept_grad_buffers_ = false;
+  torch::Tensor head_grad_;  // Note [Kept gradient buffers]
 };
 
 // Builds the architecture named by config.arch (after config.validate()), initialised

@@ -11,6 +11,16 @@
 // instead of about three N x V tensors. The softmax and the sum run in fp32 whatever autocast
 // does to the two matmuls (YaLM's fp32 island at the output).
 // Bias-free heads only (GPT-2's and LLaMA's); every target must be a valid id.
+//
+// Note [Head gradient into the kept .grad]
+// Handed back to autograd, d(loss)/d(weight) is a fresh V x C tensor every step (154 MB at
+// GPT-2's vocabulary; on the CPU, with no caching allocator, fresh pages faulted and zeroed),
+// then added to a tied embedding's gradient into another fresh one, then added into .grad.
+// When the weight's .grad is a kept fp32 buffer (FlatParameters) and the caller keeps a
+// V x C buffer for the head, forward fills that buffer and backward adds it, scaled, straight
+// into .grad, as Megatron-LM's gradient-accumulation fusion does: no allocation, one pass.
+// Autograd gets no gradient for the weight; its post-accumulate hooks (which streamed rounds
+// use) still run once per backward.
 #include <torch/torch.h>
 
 namespace gradbox::model {
@@ -18,7 +28,10 @@ namespace gradbox::model {
 // Mean cross-entropy of linear(hidden, weight) against targets, chunk_rows rows at a time.
 // hidden (..., C), weight (V, C), targets (...) int64 with hidden's leading shape.
 // Gradients flow to hidden and weight; without grad mode only the loss is computed.
+// `kept_grad` (optional): the caller's buffer for Note [Head gradient into the kept .grad],
+// (re)allocated here to the weight's shape; used only while weight.grad() is a dense fp32
+// tensor. A loss made with it can be differentiated once.
 torch::Tensor chunked_lm_loss(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& targets,
-                              int64_t chunk_rows);
+                              int64_t chunk_rows, torch::Tensor* kept_grad = nullptr);
 
 }  // namespace gradbox::model

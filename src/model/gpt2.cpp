@@ -120,6 +120,7 @@ void GPT2LMHeadModel::set_thermometer(Thermometer* thermometer) {
 }
 
 torch::Tensor GPT2LMHeadModel::head_weight() { return transformer_->wte->weight; }  // tied
+torch::nn::Embedding GPT2LMHeadModel::token_embedding() { return transformer_->wte; }
 
 void GPT2LMHeadModel::set_dropout(double p) {
   GB_REQUIRE(p >= 0.0 && p < 1.0, "dropout must be in [0, 1), got ", p);

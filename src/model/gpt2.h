@@ -65,6 +65,7 @@ class GPT2LMHeadModel : public CausalLM {
 
   torch::Tensor hidden(const torch::Tensor& idx) override;
   torch::Tensor head_weight() override;
+  torch::nn::Embedding token_embedding() override;
   void set_thermometer(Thermometer* thermometer) override;
   void set_dropout(double p) override;
   GPT2Model& transformer() { return *transformer_; }

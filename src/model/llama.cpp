@@ -164,6 +164,8 @@ torch::Tensor LlamaForCausalLM::head_weight() {
   return config_.tie_embeddings ? model_->embed_tokens->weight : lm_head_->weight;
 }
 
+torch::nn::Embedding LlamaForCausalLM::token_embedding() { return model_->embed_tokens; }
+
 void LlamaForCausalLM::set_dropout(double p) {
   GB_REQUIRE(p >= 0.0 && p < 1.0, "dropout must be in [0, 1), got ", p);
   config_.dropout = p;

@@ -84,6 +84,7 @@ class LlamaForCausalLM : public CausalLM {
   // No fixed limit on T (positions are rotary), but block_size is what it was trained for.
   torch::Tensor hidden(const torch::Tensor& idx) override;
   torch::Tensor head_weight() override;
+  torch::nn::Embedding token_embedding() override;
   void set_thermometer(Thermometer* thermometer) override;
   void set_dropout(double p) override;
   std::vector<std::pair<std::string, torch::Tensor>> hf_state_dict() const override;

@@ -114,6 +114,7 @@ Trainer::Trainer(TrainConfig config) : config_(std::move(config)) {
   model_->set_activation_checkpointing(model::ActivationCheckpointing::parse(config_.activation_checkpointing));
   model_->to(runtime_.device);
   flat_ = std::make_unique<FlatParameters>(*model_, [&](const std::string& name) { return model_->is_no_decay(name); });
+  model_->set_kept_grad_buffers(true);  // every .grad is a view into flat_ now
   optimizer_ = std::make_unique<Optimizer>(
       *flat_, OptimizerHyper{config_.optimizer, config_.beta1, config_.beta2, config_.eps, config_.moments});
   schedule_ = LrSchedule{config_.lr, config_.min_lr, config_.warmup_steps, config_.max_steps};
