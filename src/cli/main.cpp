@@ -11,6 +11,7 @@
 
 #include "cli/commands.h"
 #include "common/broken_pipe.h"
+#include "common/kept_heap.h"
 #include "common/disk_space.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -36,6 +37,7 @@ int main(int argc, char** argv) {
   // workers on one machine steal each other's cores (a step measured 2.6x slower).
   ::setenv("OMP_WAIT_POLICY", "PASSIVE", /*overwrite=*/0);
   gradbox::survive_broken_pipes();  // Note [A broken pipe is an error, not a death]
+  gradbox::keep_freed_heap_memory();  // Note [Freed memory is kept]
   if (argc >= 2 && std::string(argv[1]) == "sync") return exec_syncer(argc, argv);
 
   CLI::App app{"gradbox: train language models on machines that share only a folder"};
