@@ -11,6 +11,7 @@
 #include "exchange/exchange_context.h"
 #include "exchange/membership.h"
 #include "exchange/membership_views.h"
+#include "exchange/one_caller.h"
 #include "exchange/replica_check.h"
 #include "exchange/round_agreement.h"
 #include "exchange/round_gc.h"
@@ -65,6 +66,7 @@ class FolderExchange final : public GradientExchange {
   }
 
   void between_rounds(uint64_t step) override {
+    const OneCaller::Call call(caller_, "FolderExchange::between_rounds");
     if (left_) return;
     step_ = step;
     checkpoints_.maintain();
@@ -79,6 +81,7 @@ class FolderExchange final : public GradientExchange {
   }
 
   JoinPlan join(const fs::path& run_dir, int64_t local_step) override {
+    const OneCaller::Call call(caller_, "FolderExchange::join");
     const FolderExchangeConfig& c = context_.config;
     const double start = context_.clock.now_s();
     if (c.wait_for_syncer) wait_for_first_listing(start);
@@ -114,6 +117,7 @@ class FolderExchange final : public GradientExchange {
   }
 
   bool will_contribute(uint64_t round) override {
+    const OneCaller::Call call(caller_, "FolderExchange::will_contribute");
     learn_open_round(round);
     if (const std::vector<std::string>* view = views_.expected(round))
       return contains(*view, context_.config.worker) || enters_late(round);
@@ -127,6 +131,7 @@ class FolderExchange final : public GradientExchange {
   }
 
   RoundResult all_reduce(uint64_t round, float* grad, size_t n, const LocalContribution& mine) override {
+    const OneCaller::Call call(caller_, "FolderExchange::all_reduce");
     const FolderExchangeConfig& c = context_.config;
     const double start = context_.clock.now_s();
     if (rounds_done_ == 0) first_round_start_s_ = start;
@@ -203,6 +208,7 @@ class FolderExchange final : public GradientExchange {
   }
 
   void leave() override {
+    const OneCaller::Call call(caller_, "FolderExchange::leave");
     if (left_) return;
     left_ = true;
     // A checkpoint being published (the final one, typically) gets its manifest if the syncer
@@ -222,9 +228,13 @@ class FolderExchange final : public GradientExchange {
   }
 
   bool wants_state_after(uint64_t round) const override { return replicas_.due(round); }
-  void after_update(uint64_t round, const float* params, size_t n) override { replicas_.publish(round, params, n); }
+  void after_update(uint64_t round, const float* params, size_t n) override {
+    const OneCaller::Call call(caller_, "FolderExchange::after_update");
+    replicas_.publish(round, params, n);
+  }
 
   uint64_t offer_partial(uint64_t round, const float* delta, size_t n, const LocalContribution& mine) override {
+    const OneCaller::Call call(caller_, "FolderExchange::offer_partial");
     if (!context_.config.partial_deltas || left_ || mine.tokens == 0 || applied_round_ + 1 != round) return 0;
     const std::vector<std::string>* view = views_.expected(round);
     if (!view || !contains(*view, context_.config.worker)) return 0;  // owners wait only for members
@@ -232,6 +242,7 @@ class FolderExchange final : public GradientExchange {
   }
 
   bool final_check(uint64_t round, const float* params, size_t n) override {
+    const OneCaller::Call call(caller_, "FolderExchange::final_check");
     const FolderExchangeConfig& c = context_.config;
     replicas_.publish(round, params, n, ReplicaCheck::Due::always);
     // Who to wait for: the last round's contributors (they finish within about a round of each
@@ -292,10 +303,12 @@ class FolderExchange final : public GradientExchange {
   }
 
   void after_checkpoint(uint64_t step, const fs::path& dir, uint64_t tokens, uint64_t parameters_checksum) override {
+    const OneCaller::Call call(caller_, "FolderExchange::after_checkpoint");
     checkpoints_.local_checkpoint_written(step, dir, tokens, parameters_checksum);
   }
 
   std::optional<fs::path> fetch_agreed_state(const fs::path& run_dir) override {
+    const OneCaller::Call call(caller_, "FolderExchange::fetch_agreed_state");
     const double start = context_.clock.now_s();
     std::optional<FolderCheckpoint> newest = checkpoints_.newest(true, start);
     GB_CHECK(newest.has_value(), "no folder checkpoint to reload");
@@ -586,6 +599,7 @@ class FolderExchange final : public GradientExchange {
   double last_loss_ = 0;
   std::optional<double> stats_written_s_;  // when stats.json was last written, by the clock
   bool left_ = false;
+  OneCaller caller_;  // Note [One caller at a time]
 };
 
 }  // namespace

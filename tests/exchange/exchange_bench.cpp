@@ -65,6 +65,7 @@
 
 #include "codec/codec.h"
 #include "common/checksum.h"
+#include "common/kept_heap.h"
 #include "common/log.h"
 #include "exchange/folder_exchange.h"
 #include "exchange/round_agreement.h"  // shard_range
@@ -527,6 +528,7 @@ CodecRound run_codec_round(const Options& opt, const std::vector<float>& base, e
 
 int main(int argc, char** argv) try {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  gradbox::keep_freed_heap_memory();  // as `gradbox train` does (Note [Freed memory is kept])
   const Options opt = parse(argc, argv);
   log::setup(log::parse_level(opt.log_level));
   const std::vector<float> base = load_gradient(opt.grad);

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <map>
 #include <random>
+#include <stdexcept>
+#include <utility>
 
 #include "common/error.h"
 #include "exchange/exchange_context.h"
@@ -392,6 +394,55 @@ TEST(FolderExchange, WithNobodyLiveAFollowerResumesTheRunAlone) {
   EXPECT_EQ(results[1].contributors, 1);
   EXPECT_LT(results[1].wait_seconds, 1.0);
   EXPECT_EQ(cluster.stats("z")["self_elections"], 1);
+}
+
+// The clock of a process, whose next wait first runs `on_sleep` (once).
+class MeddlingClock final : public mirror::Clock {
+ public:
+  explicit MeddlingClock(mirror::Clock& clock) : clock_(clock) {}
+  double now_s() override { return clock_.now_s(); }
+  int64_t unix_ms() override { return clock_.unix_ms(); }
+  void sleep_s(double seconds) override {
+    if (on_sleep) std::exchange(on_sleep, nullptr)();
+    clock_.sleep_s(seconds);
+  }
+  std::function<void()> on_sleep;
+
+ private:
+  mirror::Clock& clock_;
+};
+
+TEST(FolderExchange, ACallWhileAnotherIsInFlightIsRefusedAtOnceAndTheRoundGoesOn) {
+  // Note [One caller at a time]: a waits for b's contribution; a call made meanwhile is refused.
+  VirtualCluster cluster("folder_one_caller");
+  const std::vector<std::string> team{"a", "b"};
+  std::string refused;
+  std::vector<float> averaged;
+  cluster.sim().spawn("a", [&](mirror::Clock& clock) {
+    MeddlingClock meddling(clock);
+    auto exchange = make_folder_exchange(cluster.config("a", team), cluster.folder().disk("a"), meddling);
+    meddling.on_sleep = [&] {
+      try {
+        exchange->will_contribute(2);
+      } catch (const std::logic_error& e) {
+        refused = e.what();
+      }
+    };
+    std::vector<float> g(64, 1.0f);
+    exchange->all_reduce(1, g.data(), g.size(), {10, 1.0, false});
+    averaged = g;
+  });
+  cluster.spawn(cluster.config("b", team), [](GradientExchange& exchange, mirror::Clock&) {
+    std::vector<float> g(64, 3.0f);
+    exchange.all_reduce(1, g.data(), g.size(), {10, 1.0, false});
+  });
+  cluster.sim().run_until(1e6);
+  EXPECT_TRUE(cluster.sim().failures().empty()) << cluster.sim().failures().front();
+  EXPECT_NE(refused.find("FolderExchange::will_contribute called while FolderExchange::all_reduce is in flight"),
+            std::string::npos)
+      << "refused: '" << refused << "'";
+  ASSERT_EQ(averaged.size(), 64u);
+  EXPECT_FLOAT_EQ(averaged[0], 2.0f);  // the round in flight was left intact
 }
 
 TEST(FolderExchangeConfig, BadSettingsNameTheFlag) {
