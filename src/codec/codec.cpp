@@ -9,6 +9,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <numeric>
 #include <thread>
 
 #include "codec/payload_format.h"
@@ -225,9 +226,11 @@ size_t sub_block_elems(const PayloadLayout& l) {
 }
 
 
-// accumulate == false: dst = decoded; true: dst += weight * decoded.
+// accumulate == false: dst = decoded; true: dst += weight * decoded, and where squares is not
+// null, *squares = the sum of the decoded values' squares (summed per chunk, then in chunk order,
+// so that it does not depend on the thread count's scheduling).
 void decode_impl(const uint8_t* payload, size_t size, const CodecOptions& opt, bool accumulate,
-                 float weight, float* dst, size_t n) {
+                 float weight, float* dst, size_t n, double* squares = nullptr) {
   validate(opt);
   GB_CHECK(payload != nullptr || size == 0, "null payload with size ", size);
   GB_CHECK(dst != nullptr || n == 0, "null destination for ", n, " elements");
@@ -235,6 +238,7 @@ void decode_impl(const uint8_t* payload, size_t size, const CodecOptions& opt, b
   PayloadLayout l;
   const std::vector<ChunkRef> refs = read_preamble(payload, size, expected, l);
   thread_local std::vector<DecodeWorker> workers;  // as encode's
+  std::vector<double> chunk_squares(squares ? refs.size() : 0, 0.0);
   for_each_chunk(refs.size(), opt.threads, workers, [&](size_t c, DecodeWorker& w) {
     const size_t elems = l.chunk_size(c);
     const size_t plain_bytes = l.plain_bytes(elems);
@@ -255,15 +259,26 @@ void decode_impl(const uint8_t* payload, size_t size, const CodecOptions& opt, b
     for (size_t begin = 0; begin < elems; begin += step) {
       const size_t len = std::min(step, elems - begin);
       plain_to_float(l, w.plain.data(), elems, begin, len, w.scratch.data());
+      if (squares) chunk_squares[c] += sum_of_squares(w.scratch.data(), len);
       codec::accumulate(weight, w.scratch.data(), len, out + begin);
     }
   });
+  if (squares) *squares = std::accumulate(chunk_squares.begin(), chunk_squares.end(), 0.0);
 }
 
 }  // namespace
 
 void accumulate(float weight, const float* __restrict__ x, size_t n, float* __restrict__ y) {
   for (size_t i = 0; i < n; ++i) y[i] += weight * x[i];
+}
+
+double sum_of_squares(const float* x, size_t n) {
+  double sums[4] = {0, 0, 0, 0};
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4)
+    for (size_t j = 0; j < 4; ++j) sums[j] += static_cast<double>(x[i + j]) * x[i + j];
+  for (; i < n; ++i) sums[0] += static_cast<double>(x[i]) * x[i];
+  return sums[0] + sums[1] + sums[2] + sums[3];
 }
 
 const char* codec_name(Codec c) {
@@ -438,6 +453,13 @@ void decode(const uint8_t* payload, size_t size, const CodecOptions& opt, float*
 void decode_accumulate(const uint8_t* payload, size_t size, const CodecOptions& opt,
                        float weight, float* dst, size_t n) {
   decode_impl(payload, size, opt, true, weight, dst, n);
+}
+
+double decode_accumulate_measured(const uint8_t* payload, size_t size, const CodecOptions& opt,
+                                  float weight, float* dst, size_t n) {
+  double squares = 0;
+  decode_impl(payload, size, opt, true, weight, dst, n, &squares);
+  return squares;
 }
 
 }  // namespace gradbox::codec

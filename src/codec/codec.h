@@ -99,6 +99,14 @@ void accumulate(float weight, const float* x, size_t n, float* y);
 // only. Same checks as decode(); on error part of dst may already be updated.
 void decode_accumulate(const uint8_t* payload, size_t size, const CodecOptions& opt,
                        float weight, float* dst, size_t n);
+// decode_accumulate() that also returns the sum of the squares of the decoded values, in double
+// (not finite when one of them is NaN or Inf): a contribution is measured for the owner's check
+// (Note [Checked contributions]) in the pass that sums it, not in a decode of its own.
+double decode_accumulate_measured(const uint8_t* payload, size_t size, const CodecOptions& opt,
+                                  float weight, float* dst, size_t n);
+// The sum of x[i]^2 in double, in four partial sums (the loop vectorises); not finite when an
+// x[i] is NaN or Inf (squares of finite floats cannot overflow a double).
+double sum_of_squares(const float* x, size_t n);
 
 // Error feedback for lossy codecs: encode(g + residual), residual = (g + residual) -
 // decode(result). Non-finite residual entries (an input overflow) are reset to 0, so one bad

@@ -3,21 +3,18 @@
 #include <algorithm>
 #include <cmath>
 
+#include "codec/codec.h"
 #include "common/error.h"
 
 namespace gradbox::exchange {
 
 ContributionNorm measure_contribution(const float* values, size_t n) {
-  // Four partial sums: the loop vectorises, and a NaN or Inf anywhere leaves its sum non-finite.
-  double sums[4] = {0, 0, 0, 0};
-  size_t i = 0;
-  for (; i + 4 <= n; i += 4)
-    for (size_t j = 0; j < 4; ++j) sums[j] += static_cast<double>(values[i + j]) * values[i + j];
-  for (; i < n; ++i) sums[0] += static_cast<double>(values[i]) * values[i];
-  const double total = sums[0] + sums[1] + sums[2] + sums[3];
-  // Squares of finite floats cannot overflow a double; Inf or NaN can only come from the values.
-  if (!std::isfinite(total)) return ContributionNorm{false, 0};
-  return ContributionNorm{true, std::sqrt(total)};
+  return norm_from_squares(codec::sum_of_squares(values, n));
+}
+
+ContributionNorm norm_from_squares(double sum_of_squares) {
+  if (!std::isfinite(sum_of_squares)) return ContributionNorm{false, 0};
+  return ContributionNorm{true, std::sqrt(sum_of_squares)};
 }
 
 std::vector<std::optional<std::string>> contribution_refusals(const std::vector<ContributionNorm>& norms,

@@ -29,6 +29,8 @@ struct ContributionNorm {
   double norm = 0;  // L2, in double; meaningless when !finite
 };
 ContributionNorm measure_contribution(const float* values, size_t n);
+// The same from the sum of the values' squares (codec::decode_accumulate_measured's).
+ContributionNorm norm_from_squares(double sum_of_squares);
 
 // Why each of `norms` must be left out (nullopt: keep it); max_norm_ratio 0 compares no norms.
 std::vector<std::optional<std::string>> contribution_refusals(const std::vector<ContributionNorm>& norms,

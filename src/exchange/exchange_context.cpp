@@ -26,6 +26,7 @@ nlohmann::json ExchangeStats::to_json() const {
           {"upload_cap_slowdowns", upload_cap_slowdowns},
           {"contributions_left_out", contributions_left_out},
           {"contributions_refused", contributions_refused},
+          {"contributions_decoded", contributions_decoded},
           {"fingerprints_checked", fingerprints_checked},
           {"fingerprint_mismatches", fingerprint_mismatches},
           {"config_mismatches", config_mismatches},

@@ -41,6 +41,9 @@ struct ExchangeStats {
   uint64_t upload_cap_slowdowns = 0;      // grad_accum doublings this worker proposed for the cap
   uint64_t contributions_left_out = 0;
   uint64_t contributions_refused = 0;  // left out by an agreement for their values (Note [Checked contributions])
+  // Decodes of contributions: a shard's owner checks and sums each in one (Note [The check and
+  // the sum in one pass]); a refusal costs a second.
+  uint64_t contributions_decoded = 0;
   uint64_t fingerprints_checked = 0;
   uint64_t fingerprint_mismatches = 0;
   uint64_t config_mismatches = 0;

@@ -24,6 +24,12 @@ std::vector<Contributor> contributors_of(const google::protobuf::RepeatedPtrFiel
 }
 }  // namespace
 
+bool nothing_to_average(const std::vector<Contributor>& contributors) {
+  uint64_t total = 0;
+  for (const Contributor& c : contributors) total += c.tokens;
+  return total == 0 || std::any_of(contributors.begin(), contributors.end(), [](const Contributor& c) { return c.overflow; });
+}
+
 ShardRange shard_range(size_t n, uint32_t shards, uint32_t k) { return ShardRange{n * k / shards, n * (k + 1) / shards}; }
 
 // Decoding options come from the file, bounded by what this run accepts: a file may not pick
@@ -319,6 +325,13 @@ TokenWeightedSum::Accumulate RoundAgreement::rejecting(const std::string& rel, T
   };
 }
 
+TokenWeightedSum::Accumulate RoundAgreement::counted(TokenWeightedSum::Accumulate inner) {
+  return [this, inner = std::move(inner)](float weight, float* sum, size_t n) {
+    ++context_.stats.contributions_decoded;
+    inner(weight, sum, n);
+  };
+}
+
 void RoundAgreement::count_refusals(uint32_t k, const google::protobuf::RepeatedPtrField<wire::Refusal>& refused) {
   for (const wire::Refusal& r : refused) {
     ++context_.stats.contributions_refused;
@@ -356,23 +369,23 @@ bool RoundAgreement::apply_commit(uint32_t k, const wire::WireView& file, const 
   shard.contributors = contributors;
   // Skipped by everyone: an overflow, or nothing to average (a follower resuming the run alone
   // agrees an empty round first: Note [Elastic membership]).
-  uint64_t total = 0;
-  for (const Contributor& c : contributors) total += c.tokens;
-  shard.skip = total == 0 ||
-               std::any_of(contributors.begin(), contributors.end(), [](const Contributor& c) { return c.overflow; });
-  if (shard.skip) {
+  shard.skip = nothing_to_average(contributors);
+  // This owner's check summed exactly these already (Note [The check and the sum in one pass]).
+  const bool summed = shard.summed_in_grad == contributors;
+  shard.summed_in_grad.reset();
+  if (shard.skip || summed) {
     count_refusals(k, commit.refused());
     return true;
   }
   TokenWeightedSum sum;
   for (const Contributor& c : contributors) {
     if (c.worker == self && c.file == own_files_[k] && c.checksum == own_checksums_[k]) {
-      sum.add(c.worker, c.tokens, TokenWeightedSum::encoded(own_payloads_[k], context_.config.codec));
+      sum.add(c.worker, c.tokens, counted(TokenWeightedSum::encoded(own_payloads_[k], context_.config.codec)));
       continue;
     }
     // Read when summed, one at a time: each is a whole model's gradient (shard), not all at once.
     const std::string part = round_dir() + "/" + c.file;
-    sum.add(c.worker, c.tokens, [this, part, c, name](float weight, float* out, size_t n) {
+    sum.add(c.worker, c.tokens, counted([this, part, c, name](float weight, float* out, size_t n) {
       std::optional<wire::WireFile> contribution = context_.read_checked(part, ExchangeContext::Side::own_first);
       if (!contribution) throw wire::WireError(str(part, ": not readable (gone, or rejected)"));
       const BufferReturn give_back{context_.buffers, contribution->payload};
@@ -388,7 +401,7 @@ bool RoundAgreement::apply_commit(uint32_t k, const wire::WireView& file, const 
         context_.reject(part, e.what());
         throw;
       }
-    });
+    }));
   }
   const ShardRange range = shard_range(n_, context_.config.shard_count, k);
   try {

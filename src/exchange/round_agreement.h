@@ -43,7 +43,12 @@ struct Contributor {
   uint64_t checksum = 0;  // of the payload: pins the bytes
   std::string file;       // the contribution's name in the round folder: pins the file
   bool partial = false;   // its partial Δ stood in for the whole one (Note [Partial deltas])
+
+  bool operator==(const Contributor&) const = default;
 };
+// Nothing to average: a contributor flagged an overflow, or no contributor brought tokens (every
+// replica then skips the round).
+bool nothing_to_average(const std::vector<Contributor>& contributors);
 
 class RoundAgreement {
  public:
@@ -100,7 +105,11 @@ class RoundAgreement {
     bool skip = false;
     std::vector<Contributor> contributors;
     wire::RoundView view;
+    // All-gather: the contributors whose sum this owner's check left in grad's slice (Note [The
+    // check and the sum in one pass]); its own commit naming exactly them needs no second sum.
+    std::optional<std::vector<Contributor>> summed_in_grad;
   };
+  using UsePayload = std::function<void(const std::string& payload, const codec::CodecOptions& options)>;
   struct Candidate {  // an agreement file in the folder
     uint32_t epoch = 0;
     std::string name;
@@ -129,7 +138,10 @@ class RoundAgreement {
   void maybe_publish(uint32_t shard, const std::set<std::string>& visible);
   void request_contributions(uint32_t shard);
   void publish_agreement(uint32_t shard, uint32_t epoch);
+  void with_contribution(uint32_t shard, const Contributor& contributor, const UsePayload& use);
+  bool sum_checked_in_one_pass(uint32_t shard, std::vector<Contributor> contributors, float* sum, size_t n);
   std::vector<wire::Refusal> refuse_contributions(uint32_t shard, std::vector<Contributor>& contributors);
+  TokenWeightedSum::Accumulate counted(TokenWeightedSum::Accumulate inner);
   void count_refusals(uint32_t shard, const google::protobuf::RepeatedPtrField<wire::Refusal>& refused);
   TokenWeightedSum::Accumulate rejecting(const std::string& rel, TokenWeightedSum::Accumulate inner);
 
@@ -160,7 +172,7 @@ class RoundAgreement {
   std::vector<ShardOutcome> shards_;
   std::vector<std::string> own_payloads_;  // buffers kept from round to round
   std::vector<float> reduced_;              // an owner's sum of its shard, kept likewise
-  std::vector<float> decoded_;              // an owner's decoded contribution, to check it
+  std::vector<float> decoded_;              // an owner's decoded contribution, to check it again after a refusal
   std::vector<uint64_t> own_checksums_;
   std::vector<std::string> own_files_;
   std::map<std::string, std::string> own_agreements_;  // name -> bytes, until they land

@@ -111,38 +111,79 @@ void RoundAgreement::publish_contributions() {
   }
 }
 
-// Note [Checked contributions] in exchange/contribution_check.h: each contribution that carries
-// tokens is decoded (a sharded owner holds its slices; all-gather reads each again, one at a
-// time) and measured; those the rule refuses leave `contributors` and come back as refusals.
-std::vector<wire::Refusal> RoundAgreement::refuse_contributions(uint32_t k, std::vector<Contributor>& contributors) {
+// Hands contribution x of shard k to `use`: this worker's own from memory, a sharded owner's
+// from the file it holds since it checked out, an all-gather owner's read again (one whole
+// gradient at a time) and held to the checksum it was checked by. WireError when it is gone or
+// has changed since.
+void RoundAgreement::with_contribution(uint32_t k, const Contributor& x, const UsePayload& use) {
   const FolderExchangeConfig& c = context_.config;
-  const ShardRange range = shard_range(n_, c.shard_count, k);
+  const std::string rel = round_dir() + "/" + x.file;
+  if (x.worker == c.worker && !x.partial) return use(own_payloads_[k], c.codec);
+  if (c.pattern == ExchangePattern::sharded) {
+    const wire::WireFile& file = checked_file(k, x);
+    return use(file.payload, decode_options(file.header.gradient().codec(), c.codec, rel));
+  }
+  std::optional<wire::WireFile> file = context_.read_checked(rel, ExchangeContext::Side::own_first);
+  if (!file) throw wire::WireError(str(rel, ": not readable (gone, or rejected)"));
+  const BufferReturn give_back{context_.buffers, file->payload};
+  if (checksum64(file->payload.data(), file->payload.size()) != x.checksum)
+    throw wire::WireError(str(rel, ": changed since it was checked"));
+  use(file->payload, decode_options(file->header.gradient().codec(), c.codec, rel));
+}
+
+// Note [The check and the sum in one pass]
+// The owner's check (Note [Checked contributions]) decodes every contribution of its shard, and
+// so does the sum: decoding twice made the check cost as much as the sum (an all-gather owner
+// also read every file twice, and every replica waits for its commit). So the owner sums the
+// contributions in worker order with the weights of all of them, as TokenWeightedSum does, and
+// measures each in the same decode (codec::decode_accumulate_measured). Only when the check then
+// refuses one, or one does not decode, is that sum dropped and the shard checked and summed again
+// without them, as before; a refusal costs a second pass, the usual round one. A sharded owner
+// encodes the sum as its reduced shard; an all-gather owner leaves it in grad's slice, and
+// applying its own commit (the same contributors, the same bytes) takes it as it is: a replica
+// that applies another commit sums that one itself.
+bool RoundAgreement::sum_checked_in_one_pass(uint32_t k, std::vector<Contributor> contributors, float* sum, size_t n) {
+  std::stable_sort(contributors.begin(), contributors.end(),
+                   [](const Contributor& a, const Contributor& b) { return a.worker < b.worker; });
+  uint64_t total = 0;
+  for (const Contributor& x : contributors) total += x.tokens;
+  std::fill(sum, sum + n, 0.0f);
+  std::vector<ContributionNorm> norms;
+  try {
+    for (const Contributor& x : contributors) {
+      const float weight = contribution_weight(x.tokens, total);
+      with_contribution(k, x, [&](const std::string& payload, const codec::CodecOptions& options) {
+        const auto* bytes = reinterpret_cast<const uint8_t*>(payload.data());
+        ++context_.stats.contributions_decoded;
+        if (x.tokens == 0) return codec::decode_accumulate(bytes, payload.size(), options, weight, sum, n);
+        norms.push_back(norm_from_squares(codec::decode_accumulate_measured(bytes, payload.size(), options, weight, sum, n)));
+      });
+    }
+  } catch (const std::exception&) {
+    return false;  // refuse_contributions says which, and why
+  }
+  const std::vector<std::optional<std::string>> why = contribution_refusals(norms, context_.config.max_norm_ratio);
+  return std::none_of(why.begin(), why.end(), [](const std::optional<std::string>& w) { return w.has_value(); });
+}
+
+// Note [Checked contributions] in exchange/contribution_check.h: each contribution that carries
+// tokens is decoded again and measured; those the rule refuses leave `contributors` and come back
+// as refusals. Only after the one pass above found something to refuse.
+std::vector<wire::Refusal> RoundAgreement::refuse_contributions(uint32_t k, std::vector<Contributor>& contributors) {
+  const ShardRange range = shard_range(n_, context_.config.shard_count, k);
   decoded_.resize(range.size());
-  const auto decode_into_scratch = [&](const std::string& payload, const codec::CodecOptions& options) {
-    codec::decode(reinterpret_cast<const uint8_t*>(payload.data()), payload.size(), options, decoded_.data(), decoded_.size());
-  };
   std::vector<size_t> measured;
   std::vector<ContributionNorm> norms;
   std::vector<std::string> undecodable;
   for (size_t i = 0; i < contributors.size(); ++i) {
     const Contributor& x = contributors[i];
     if (x.overflow || x.tokens == 0) continue;  // a skipped round, or no weight in the average
-    const std::string rel = round_dir() + "/" + x.file;
     std::string problem;
     try {
-      if (x.worker == c.worker && !x.partial) {
-        decode_into_scratch(own_payloads_[k], c.codec);
-      } else if (c.pattern == ExchangePattern::sharded) {
-        const wire::WireFile& file = checked_file(k, x);
-        decode_into_scratch(file.payload, decode_options(file.header.gradient().codec(), c.codec, rel));
-      } else {
-        std::optional<wire::WireFile> file = context_.read_checked(rel, ExchangeContext::Side::own_first);
-        if (!file) throw wire::WireError(str(rel, ": not readable (gone, or rejected)"));
-        const BufferReturn give_back{context_.buffers, file->payload};
-        if (checksum64(file->payload.data(), file->payload.size()) != x.checksum)
-          throw wire::WireError(str(rel, ": changed since it was checked"));
-        decode_into_scratch(file->payload, decode_options(file->header.gradient().codec(), c.codec, rel));
-      }
+      with_contribution(k, x, [&](const std::string& payload, const codec::CodecOptions& options) {
+        ++context_.stats.contributions_decoded;
+        codec::decode(reinterpret_cast<const uint8_t*>(payload.data()), payload.size(), options, decoded_.data(), decoded_.size());
+      });
     } catch (const std::exception& e) {
       problem = str("does not decode: ", e.what());
     }
@@ -150,7 +191,7 @@ std::vector<wire::Refusal> RoundAgreement::refuse_contributions(uint32_t k, std:
     norms.push_back(problem.empty() ? measure_contribution(decoded_.data(), decoded_.size()) : ContributionNorm{false, 0});
     undecodable.push_back(std::move(problem));
   }
-  const std::vector<std::optional<std::string>> why = contribution_refusals(norms, c.max_norm_ratio);
+  const std::vector<std::optional<std::string>> why = contribution_refusals(norms, context_.config.max_norm_ratio);
   std::vector<wire::Refusal> refusals;
   std::vector<bool> refused(contributors.size(), false);
   for (size_t j = 0; j < measured.size(); ++j) {
@@ -189,8 +230,14 @@ void RoundAgreement::publish_agreement(uint32_t k, uint32_t epoch) {
     missing += " " + m;
     ++context_.stats.contributions_left_out;
   }
-  const std::vector<wire::Refusal> refusals = refuse_contributions(k, contributors);
+  // Note [The check and the sum in one pass]
+  const ShardRange range = shard_range(n_, c.shard_count, k);
+  float* const sum_out = sharded ? (reduced_.resize(range.size()), reduced_.data()) : grad_ + range.begin;
+  const bool summed = !nothing_to_average(contributors) && sum_checked_in_one_pass(k, contributors, sum_out, range.size());
+  const std::vector<wire::Refusal> refusals = summed ? std::vector<wire::Refusal>{} : refuse_contributions(k, contributors);
   std::sort(contributors.begin(), contributors.end(), [](const Contributor& a, const Contributor& b) { return a.worker < b.worker; });
+  shards_[k].summed_in_grad.reset();
+  if (summed && !sharded) shards_[k].summed_in_grad = contributors;
   if (!salvaged.empty())
     context_.log().warn(str("round ", round_, " shard ", k, ": partial deltas stand in for the whole ones of", salvaged));
   if (!missing.empty()) context_.log().warn(str("round ", round_, " shard ", k, ": agreed without", missing));
@@ -208,7 +255,6 @@ void RoundAgreement::publish_agreement(uint32_t k, uint32_t epoch) {
     for (const wire::Refusal& r : refusals) *commit->add_refused() = r;
     view = commit->mutable_view();
   } else {
-    const ShardRange range = shard_range(n_, c.shard_count, k);
     wire::GradientShard* g = new_shard(header, k);
     g->set_reduced(true);
     g->set_epoch(epoch);
@@ -218,26 +264,26 @@ void RoundAgreement::publish_agreement(uint32_t k, uint32_t epoch) {
     uint64_t total = 0;
     for (const Contributor& x : contributors) total += x.tokens;
     // "overflow" tells every replica to skip the round: also when there is nothing to average.
-    const bool overflow =
-        total == 0 || std::any_of(contributors.begin(), contributors.end(), [](const Contributor& x) { return x.overflow; });
+    const bool overflow = nothing_to_average(contributors);
     g->set_overflow(overflow);
     g->set_tokens(total);
     if (!overflow) {
-      TokenWeightedSum sum;
       std::vector<float>& reduced = reduced_;
-      reduced.resize(range.size());
       try {
-        for (const Contributor& x : contributors) {
-          if (x.worker == c.worker) {
-            sum.add(x.worker, x.tokens, TokenWeightedSum::encoded(own_payloads_[k], c.codec));
-            continue;
+        if (!summed) {
+          TokenWeightedSum sum;
+          for (const Contributor& x : contributors) {
+            if (x.worker == c.worker) {
+              sum.add(x.worker, x.tokens, counted(TokenWeightedSum::encoded(own_payloads_[k], c.codec)));
+              continue;
+            }
+            const std::string rel = round_dir() + "/" + x.file;
+            const wire::WireFile& file = checked_file(k, x);
+            sum.add(x.worker, x.tokens,
+                    counted(rejecting(rel, TokenWeightedSum::encoded(file.payload, decode_options(file.header.gradient().codec(), c.codec, rel)))));
           }
-          const std::string rel = round_dir() + "/" + x.file;
-          const wire::WireFile& file = checked_file(k, x);
-          sum.add(x.worker, x.tokens,
-                  rejecting(rel, TokenWeightedSum::encoded(file.payload, decode_options(file.header.gradient().codec(), c.codec, rel))));
+          sum.sum_into(reduced.data(), reduced.size());
         }
-        sum.sum_into(reduced.data(), reduced.size());
       } catch (const std::exception& e) {
         // A contribution that does not decode: forget it and decide again without it.
         context_.log().error(str("round ", round_, " shard ", k, ": not publishing an agreement: ", e.what()));

@@ -470,6 +470,37 @@ TEST(Codec, DecodeAccumulateEqualsDecodeThenAxpy) {
   }
 }
 
+// The measured variant sums exactly as decode_accumulate does (bit for bit, on 1 and 3 threads)
+// and returns the decoded values' sum of squares; a NaN among them makes it NaN, not a norm.
+TEST(Codec, DecodeAccumulateMeasuredSumsAlikeAndMeasuresTheDecodedValues) {
+  for (Codec c : kAll) {
+    for (int threads : {1, 3}) {
+      for (size_t n : kSizes) {
+        auto o = options(c, true);
+        o.threads = threads;
+        const auto x = gaussian(n, 17);
+        const auto p = encode(x.data(), n, o);
+        const auto y = decoded(p, o, n);
+        std::vector<float> plain = gaussian(n, 18), measured = plain;
+        decode_accumulate(p.data(), p.size(), o, 0.61f, plain.data(), n);
+        const double squares = decode_accumulate_measured(p.data(), p.size(), o, 0.61f, measured.data(), n);
+        const std::string what = gradbox::str(codec_name(c), " threads ", threads, " n ", n);
+        ASSERT_TRUE(same_bytes(plain.data(), measured.data(), 4 * n)) << what;
+        double want = 0;
+        for (float v : y) want += static_cast<double>(v) * v;
+        EXPECT_NEAR(squares, want, 1e-12 * want + 1e-300) << what;
+        EXPECT_NEAR(squares, sum_of_squares(y.data(), n), 1e-12 * want + 1e-300) << what;
+      }
+    }
+  }
+  std::vector<float> x = gaussian(5000, 19);
+  x[4321] = std::numeric_limits<float>::quiet_NaN();
+  const auto o = options(Codec::fp16, true);
+  const auto p = encode(x.data(), x.size(), o);
+  std::vector<float> sum(x.size(), 0.0f);
+  EXPECT_FALSE(std::isfinite(decode_accumulate_measured(p.data(), p.size(), o, 0.5f, sum.data(), sum.size())));
+}
+
 // decode_accumulate works through sub-blocks of whole blocks; for int4 with an odd block they
 // must also start on a byte. Odd and even blocks, sub-blocks of several blocks, blocks longer
 // than a sub-block, and a chunk boundary.

@@ -143,6 +143,9 @@ TEST(FolderExchange, AllGatherFp32IsTheExactWeightedAverageOnEveryReplica) {
     EXPECT_EQ(stats["rejected_files"], 0);
     EXPECT_GT(stats["fingerprints_checked"].get<int>(), 0) << w;
     EXPECT_EQ(stats["fingerprint_mismatches"], 0);
+    // Each replica decodes each contribution once a round; the commit's owner (every worker in
+    // turn) checks and sums in that one decode (Note [The check and the sum in one pass]).
+    EXPECT_EQ(stats["contributions_decoded"], 6 * 3) << w;
   }
   // Old rounds are garbage-collected (gc_window 3): round 1 is gone from a's mirror.
   EXPECT_TRUE(cluster.folder().disk("a").list(round_dir_name(1)).empty());
@@ -156,6 +159,8 @@ TEST(FolderExchange, ShardedFp32MatchesAllGatherAndDownloadsOnlyOwnedShards) {
   for (int r = 1; r <= 4; ++r)
     for (const std::string& w : team.workers)
       EXPECT_EQ(out.averages[w][r - 1], expected_average(team, team.workers, r)) << w << " round " << r;
+  // Each owner decoded its shard's three contributions once a round, for the check and the sum.
+  for (const std::string& w : team.workers) EXPECT_EQ(cluster.stats(w)["contributions_decoded"], 4 * 3) << w;
   // a received the 2 other contributions to its own shard of round 4, not all 6.
   int contributions = 0;
   for (const mirror::Arrival& file : cluster.folder().disk("a").list(round_dir_name(4)))
