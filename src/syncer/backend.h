@@ -75,6 +75,9 @@ class Backend {
   virtual void remove_empty_dirs(const std::string& rel_dir) = 0;
   // Injected faults by kind (the simulator); empty for real backends.
   virtual std::map<std::string, uint64_t> fault_counts() const { return {}; }
+  // The shared folder as a directory of this machine whose changes the kernel can report (Note
+  // [Waking on changes] in syncer/change_watch.h); nullopt where only listing shows them.
+  virtual std::optional<fs::path> watchable_root() const { return std::nullopt; }
 };
 
 // "a/b/c" -> "a/b"; "c" -> "".

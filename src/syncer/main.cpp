@@ -1,12 +1,13 @@
 // gradbox-sync: keeps a worker's LOCAL outbox/inbox in step with the shared folder.
 // The local-disk contract is Note [The syncer contract] (mirror/sync_contract.h). Parses flags,
-// builds the backend and the engine, then polls on a Boost.Asio timer with transfers on a thread
-// pool bounded by --jobs.
+// builds the backend and the engine, then polls on a Boost.Asio timer, brought forward by changes
+// the kernel reports (Note [Waking on changes]), with transfers on a thread pool bounded by --jobs.
 #include <signal.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <optional>
 #include <utility>
 #include <boost/asio.hpp>
 #include <CLI/CLI.hpp>
@@ -18,6 +19,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "mirror/sync_contract.h"
+#include "syncer/change_watch.h"
 #include "syncer/mounted_backend.h"
 #include "syncer/rclone_backend.h"
 #include "syncer/sim_backend.h"
@@ -86,6 +88,10 @@ int run_daemon(Syncer& syncer, const Flags& f) {
   asio::steady_timer poll_timer(io), parent_timer(io);
   asio::signal_set signals(io, SIGINT, SIGTERM);
   std::atomic<bool> stopping = false;
+  // Note [Waking on changes]: a change under a watched folder brings the next poll forward.
+  ChangeWatch changes(syncer.watch_roots());
+  std::optional<asio::posix::stream_descriptor> change_events;
+  if (changes.fd() >= 0) change_events.emplace(io, ::dup(changes.fd()));
 
   auto stop = [&](const std::string& why) {
     if (stopping.exchange(true)) return;
@@ -93,6 +99,7 @@ int run_daemon(Syncer& syncer, const Flags& f) {
     poll_timer.cancel();
     parent_timer.cancel();
     signals.cancel();
+    if (change_events) change_events->cancel();
   };
   signals.async_wait([&](const boost::system::error_code& ec, int sig) {
     if (!ec) stop(str("signal ", sig));
@@ -121,6 +128,7 @@ int run_daemon(Syncer& syncer, const Flags& f) {
     // A daemon outlives transient trouble (a file vanishing mid-scan, a full disk for a
     // moment): log it and try again at the next poll.
     try {
+      changes.watch_new_roots();  // requests/ appears with a worker's first request
       std::vector<Task> tasks = syncer.plan_uploads();
       for (auto& t : syncer.plan_removals()) tasks.push_back(t);
       for (auto& t : syncer.plan_downloads()) tasks.push_back(t);
@@ -131,10 +139,19 @@ int run_daemon(Syncer& syncer, const Flags& f) {
     }
     if (syncer.local_disk_full()) return stop("the local disk is full");
     poll_timer.expires_after(std::chrono::milliseconds(f.poll_ms));
-    poll_timer.async_wait([&](const boost::system::error_code& ec) {
-      if (!ec) poll();
+    // Expired, or cancelled by a change (a stop sets `stopping` first).
+    poll_timer.async_wait([&](const boost::system::error_code&) { poll(); });
+  };
+
+  std::function<void()> wait_for_changes;
+  wait_for_changes = [&] {
+    change_events->async_wait(asio::posix::stream_descriptor::wait_read, [&](const boost::system::error_code& ec) {
+      if (ec || stopping) return;
+      if (changes.drain()) poll_timer.cancel();  // the poll waiting on it runs now
+      wait_for_changes();
     });
   };
+  if (change_events) wait_for_changes();
 
   std::function<void()> watch_parent;
   watch_parent = [&] {

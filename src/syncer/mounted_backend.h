@@ -25,6 +25,7 @@ class MountedBackend : public Backend {
   void upload(const fs::path& local_path, const std::string& rel, UploadMode mode) override;
   void remove(const std::string& rel) override;
   void remove_empty_dirs(const std::string& rel_dir) override;
+  std::optional<fs::path> watchable_root() const override { return root_; }
   const fs::path& root() const { return root_; }
 
  private:

@@ -150,7 +150,9 @@ Syncer::Syncer(std::unique_ptr<Backend> backend, SyncerOptions options)
   inbox_ = options_.local / mirror::kInboxDir;
   quarantine_ = options_.local / mirror::kQuarantineDir;
   stats_path_ = options_.local / mirror::kSyncerStatsFile;
-  for (const auto& d : {outbox_, inbox_, quarantine_, stats_path_.parent_path()}) fs::create_directories(d);
+  // requests/ too, so that a ChangeWatch sees a worker's first request (Note [Waking on changes]).
+  for (const auto& d : {outbox_, inbox_, quarantine_, options_.local / mirror::kRequestsDir, stats_path_.parent_path()})
+    fs::create_directories(d);
 }
 
 bool Syncer::try_begin(const std::string& rel) { return in_flight_.insert(rel).second; }
@@ -601,6 +603,12 @@ void Syncer::run_pass() {
   for (const auto& t : plan_removals()) execute(t);
   for (const auto& t : plan_downloads()) execute(t);
   write_stats_if_changed();
+}
+
+std::vector<fs::path> Syncer::watch_roots() const {
+  std::vector<fs::path> roots{options_.local / mirror::kOutboxDir, options_.local / mirror::kRequestsDir};
+  if (std::optional<fs::path> shared = backend_->watchable_root()) roots.push_back(*shared);
+  return roots;
 }
 
 SyncerStats Syncer::stats() const {

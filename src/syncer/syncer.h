@@ -133,6 +133,9 @@ class Syncer {
   void upload_pass();  // uploads only (the final pass before exit)
 
   SyncerStats stats() const;
+  // What a ChangeWatch should watch for this engine (Note [Waking on changes]): the outbox, the
+  // requests and, where the backend has one, the shared folder's directory.
+  std::vector<fs::path> watch_roots() const;
   // Rewrites stats.json when a counter changed. The daemon passes throttle = true: at most
   // one write (and fsync) a second, since fault counters can change on every poll.
   void write_stats_if_changed(bool throttle = false);

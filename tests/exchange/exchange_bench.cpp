@@ -3,14 +3,16 @@
 //
 //   exchange_bench --grad FILE [--workers 3] [--rounds 5] [--dir /tmp/gradbox_exchange_bench]
 //                  [--patterns all-gather,sharded] [--codecs fp32,fp16,bf16,int8,int4]
-//                  [--poll-ms 5] [--gc-window 2] [--context-repeats 3] [--keep] [--log-level warn]
-//                  [--signed] [--max-norm-ratio 10]
+//                  [--poll-ms 500] [--no-wake] [--gc-window 2] [--context-repeats 3] [--keep]
+//                  [--log-level warn] [--signed] [--max-norm-ratio 10]
 //
 // FILE holds a flat fp32 gradient as `codec_bench --dump` writes it (u64 n, then n floats).
 // N workers run in this one process, each a FolderExchange in its own thread, each paired with
 // the real syncer engine (syncer::Syncer over a MountedBackend on one shared local directory,
-// driven by its own thread calling run_pass() every --poll-ms; with on_demand_prefix "g-", as
-// `gradbox train` starts gradbox-sync). Worker w's gradient in round
+// driven by its own thread calling run_pass() whenever the kernel reports a change under its
+// folders and at least every --poll-ms, as gradbox-sync does (Note [Waking on changes]; --no-wake:
+// every --poll-ms only, the old syncer); with on_demand_prefix "g-", as `gradbox train` starts
+// gradbox-sync). Worker w's gradient in round
 // r is the loaded one scaled by (1 + 0.01 w)(1 + 0.001 r), so every file differs.
 //
 // Per configuration (pattern x codec, codec::default_options, threads = 1) it runs --rounds
@@ -69,6 +71,7 @@
 #include "common/log.h"
 #include "exchange/folder_exchange.h"
 #include "exchange/round_agreement.h"  // shard_range
+#include "syncer/change_watch.h"
 #include "syncer/mounted_backend.h"
 #include "syncer/syncer.h"
 
@@ -85,7 +88,8 @@ struct Options {
   std::string dir = "/tmp/gradbox_exchange_bench";
   std::vector<std::string> patterns{"all-gather", "sharded"};
   std::vector<std::string> codecs{"fp32", "fp16", "bf16", "int8", "int4"};
-  int poll_ms = 5;
+  int poll_ms = 500;  // gradbox-sync's default
+  bool wake = true;   // Note [Waking on changes]
   int gc_window = 2;
   int context_repeats = 3;
   bool keep = false;
@@ -119,6 +123,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--patterns") o.patterns = split(value());
     else if (a == "--codecs") o.codecs = split(value());
     else if (a == "--poll-ms") o.poll_ms = std::stoi(value());
+    else if (a == "--no-wake") o.wake = false;
     else if (a == "--gc-window") o.gc_window = std::stoi(value());
     else if (a == "--context-repeats") o.context_repeats = std::stoi(value());
     else if (a == "--keep") o.keep = true;
@@ -221,20 +226,28 @@ struct ConfigResult {
   std::string problem;
 };
 
-// One syncer engine per worker, polled by its own thread.
+// One syncer engine per worker, passed by its own thread on every change and every poll_ms.
 class SyncerThread {
  public:
-  SyncerThread(const fs::path& shared, const fs::path& local, const std::string& worker, int poll_ms)
+  SyncerThread(const fs::path& shared, const fs::path& local, const std::string& worker, int poll_ms, bool wake)
       : poll_ms_(poll_ms) {
     syncer::SyncerOptions options;
     options.local = local;
     options.worker = worker;
     options.on_demand_prefixes = {"g-"};  // as `gradbox train` starts gradbox-sync
     syncer_ = std::make_unique<syncer::Syncer>(std::make_unique<syncer::MountedBackend>(shared), options);
+    if (wake) changes_ = std::make_unique<syncer::ChangeWatch>(syncer_->watch_roots());
     thread_ = std::thread([this] {
       while (!stop_) {
         syncer_->run_pass();
-        if (poll_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(poll_ms_));
+        if (!changes_) {
+          if (poll_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(poll_ms_));
+          continue;
+        }
+        // Until a change or the poll interval, looking at stop_ every 50 ms.
+        const auto next_poll = Clock::now() + std::chrono::milliseconds(poll_ms_);
+        while (!stop_ && Clock::now() < next_poll && !changes_->wait(std::chrono::milliseconds(50))) {
+        }
       }
       cpu_s_ = thread_cpu_seconds();
     });
@@ -251,6 +264,7 @@ class SyncerThread {
   int poll_ms_;
   double cpu_s_ = 0;
   std::unique_ptr<syncer::Syncer> syncer_;
+  std::unique_ptr<syncer::ChangeWatch> changes_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };
@@ -275,7 +289,7 @@ ConfigResult run_config(const Options& opt, const std::vector<float>& base, exch
 
   std::vector<std::unique_ptr<SyncerThread>> syncers;
   for (int w = 0; w < N; ++w)
-    syncers.push_back(std::make_unique<SyncerThread>(shared, root / members[w], members[w], opt.poll_ms));
+    syncers.push_back(std::make_unique<SyncerThread>(shared, root / members[w], members[w], opt.poll_ms, opt.wake));
 
   // times[w][r], checksums[w][r], contributors[w][r]
   std::vector<std::vector<double>> times(N, std::vector<double>(opt.rounds));
@@ -535,8 +549,9 @@ int main(int argc, char** argv) try {
   const size_t n = base.size();
   const double fp32_mb = 4e-6 * static_cast<double>(n);
   std::printf("gradient: %s, %zu elements (%.1f MB fp32); %d workers, %d rounds per configuration, "
-              "syncer poll %d ms, gc window %d, codec threads 1, %u hardware threads; %s, --max-norm-ratio %g\n",
-              opt.grad.c_str(), n, fp32_mb, opt.workers, opt.rounds, opt.poll_ms, opt.gc_window,
+              "syncer poll %d ms%s, gc window %d, codec threads 1, %u hardware threads; %s, --max-norm-ratio %g\n",
+              opt.grad.c_str(), n, fp32_mb, opt.workers, opt.rounds, opt.poll_ms,
+              opt.wake ? " and on every change" : " only", opt.gc_window,
               std::thread::hardware_concurrency(), opt.signed_run ? "signed" : "unsigned", opt.max_norm_ratio);
   fs::create_directories(opt.dir);
 

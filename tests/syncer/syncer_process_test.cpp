@@ -129,6 +129,48 @@ TEST(SyncerProcess, KillNineAndRestartConverges) {
   EXPECT_EQ(stats_of(root / "b")["upload_conflicts"], 0);
 }
 
+// Note [Waking on changes]: two syncers on a local shared folder that poll once an hour still
+// move a round's files at once: a worker's publish wakes its syncer to upload, the upload wakes
+// the peer's to download and flag, a worker's request wakes its syncer to fetch an on-demand
+// file, and a withdrawn file is deleted from the shared folder. Only the first poll (at start)
+// and change events can do any of it.
+TEST(SyncerProcess, ChangesWakeASyncerThatPollsOnceAnHour) {
+  const fs::path root = fresh_dir("wake"), shared = root / "shared";
+  fs::create_directories(shared);
+  const auto args = [&](const std::string& w) {
+    return std::vector<std::string>{kSync, "--shared", shared.string(), "--local", (root / w).string(), "--worker", w,
+                                    "--poll-ms", "3600000", "--on-demand-prefix", std::string(kContributionPrefix),
+                                    "--log-level", "warn"};
+  };
+  pid_t a = start_process(args("a"), root / "a.log");
+  pid_t b = start_process(args("b"), root / "b.log");
+  ASSERT_TRUE(wait_until([&] { return fs::exists(root / "a" / kSyncerStatsFile) && fs::exists(root / "b" / kSyncerStatsFile); }, 20));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // past both first polls
+
+  // a publishes a round file: up through a's syncer, down through b's, flagged.
+  const std::string heartbeat = "r00000001/hb-a.gbx", contribution = "r00000001/" + std::string(kContributionPrefix) + "a-s0.gbx";
+  fs::create_directories(root / "a" / kOutboxDir / "r00000001");
+  write_file_atomic(root / "a" / kOutboxDir / heartbeat, framed_file(21));
+  write_file_atomic(root / "a" / kOutboxDir / contribution, framed_file(22, 5000));
+  EXPECT_TRUE(wait_until([&] { return fs::exists(root / "b" / kInboxDir / flag_of(heartbeat)); }, 20)) << read_file(root / "b.log");
+  EXPECT_EQ(read_file(root / "b" / kInboxDir / heartbeat), framed_file(21));
+  // The contribution is on demand: it waits in the shared folder until b asks for it.
+  EXPECT_TRUE(wait_until([&] { return fs::exists(shared / contribution); }, 20));
+  EXPECT_FALSE(fs::exists(root / "b" / kInboxDir / contribution));
+  write_bytes(root / "b" / kRequestsDir / contribution, "");
+  EXPECT_TRUE(wait_until([&] { return fs::exists(root / "b" / kInboxDir / flag_of(contribution)); }, 20)) << read_file(root / "b.log");
+
+  // a withdraws its heartbeat: its syncer deletes the shared copy.
+  ASSERT_TRUE(wait_until([&] { return fs::exists(root / "a" / kOutboxDir / sent_of(heartbeat)); }, 20));
+  fs::remove(root / "a" / kOutboxDir / heartbeat);
+  EXPECT_TRUE(wait_until([&] { return !fs::exists(shared / heartbeat); }, 20)) << read_file(root / "a.log");
+
+  ::kill(a, SIGTERM);
+  ::kill(b, SIGTERM);
+  EXPECT_EQ(wait_process(a), 0) << read_file(root / "a.log");
+  EXPECT_EQ(wait_process(b), 0) << read_file(root / "b.log");
+}
+
 TEST(SyncerProcess, ParentGoneMeansFinalUploadPassThenExit) {
   fs::path root = fresh_dir("parent"), shared = root / "shared";
   fs::create_directories(shared);
