@@ -27,6 +27,7 @@ nlohmann::json ExchangeStats::to_json() const {
           {"contributions_left_out", contributions_left_out},
           {"contributions_refused", contributions_refused},
           {"contributions_decoded", contributions_decoded},
+          {"commits_summed_ahead", commits_summed_ahead},
           {"fingerprints_checked", fingerprints_checked},
           {"fingerprint_mismatches", fingerprint_mismatches},
           {"config_mismatches", config_mismatches},

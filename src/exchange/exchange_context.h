@@ -44,6 +44,7 @@ struct ExchangeStats {
   // Decodes of contributions: a shard's owner checks and sums each in one (Note [The check and
   // the sum in one pass]); a refusal costs a second.
   uint64_t contributions_decoded = 0;
+  uint64_t commits_summed_ahead = 0;  // others' all-gather commits applied from a sum made before they came
   uint64_t fingerprints_checked = 0;
   uint64_t fingerprint_mismatches = 0;
   uint64_t config_mismatches = 0;

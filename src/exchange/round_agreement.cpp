@@ -129,6 +129,7 @@ bool RoundAgreement::poll() {
     if (!try_apply(k, visible)) {
       // One agreement is enough: never publish a competing one once any is visible.
       if (member_ && candidates(k, visible).empty()) maybe_publish(k, visible);
+      sum_ahead(k);
     }
     all_done = all_done && shards_[k].done;
   }
@@ -374,6 +375,7 @@ bool RoundAgreement::apply_commit(uint32_t k, const wire::WireView& file, const 
   const bool summed = shard.summed_in_grad == contributors;
   shard.summed_in_grad.reset();
   if (shard.skip || summed) {
+    if (summed && commit.owner() != self) ++context_.stats.commits_summed_ahead;
     count_refusals(k, commit.refused());
     return true;
   }

@@ -105,9 +105,11 @@ class RoundAgreement {
     bool skip = false;
     std::vector<Contributor> contributors;
     wire::RoundView view;
-    // All-gather: the contributors whose sum this owner's check left in grad's slice (Note [The
-    // check and the sum in one pass]); its own commit naming exactly them needs no second sum.
+    // All-gather: the contributors whose sum is in grad's slice already (the owner's check, Note
+    // [The check and the sum in one pass], or a replica's sum ahead, Note [Summing ahead of the
+    // commit]); a commit naming exactly them needs no second sum.
     std::optional<std::vector<Contributor>> summed_in_grad;
+    bool summed_ahead = false;  // tried once a round
   };
   using UsePayload = std::function<void(const std::string& payload, const codec::CodecOptions& options)>;
   struct Candidate {  // an agreement file in the folder
@@ -140,6 +142,8 @@ class RoundAgreement {
   void publish_agreement(uint32_t shard, uint32_t epoch);
   void with_contribution(uint32_t shard, const Contributor& contributor, const UsePayload& use);
   bool sum_checked_in_one_pass(uint32_t shard, std::vector<Contributor> contributors, float* sum, size_t n);
+  std::vector<Contributor> pinnable_contributors(uint32_t shard) const;
+  void sum_ahead(uint32_t shard);
   std::vector<wire::Refusal> refuse_contributions(uint32_t shard, std::vector<Contributor>& contributors);
   TokenWeightedSum::Accumulate counted(TokenWeightedSum::Accumulate inner);
   void count_refusals(uint32_t shard, const google::protobuf::RepeatedPtrField<wire::Refusal>& refused);

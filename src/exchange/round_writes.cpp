@@ -166,6 +166,42 @@ bool RoundAgreement::sum_checked_in_one_pass(uint32_t k, std::vector<Contributor
   return std::none_of(why.begin(), why.end(), [](const std::optional<std::string>& w) { return w.has_value(); });
 }
 
+// This worker's contribution and every one that checked out from a worker not refused: what an
+// owner pins when nobody is missing.
+std::vector<Contributor> RoundAgreement::pinnable_contributors(uint32_t k) const {
+  const FolderExchangeConfig& c = context_.config;
+  std::vector<Contributor> contributors{{c.worker, mine_.tokens, mine_.loss, mine_.overflow, own_checksums_[k], own_files_[k]}};
+  for (const auto& [worker, checked] : checked_[k])
+    if (!refused_(worker)) contributors.push_back(checked.contributor);
+  return contributors;
+}
+
+// Note [Summing ahead of the commit]
+// An all-gather replica used to wait for the shard owner's commit and only then sum, so a round
+// took two sums end to end: the owner's (its check, Note [The check and the sum in one pass])
+// and then everyone else's, with the others idle during the first. Once every member's
+// contribution has checked out here, a member sums them as the owner will pin them (the same
+// contributors, weights, order and bytes), measuring each as the owner does; the commit that
+// names exactly those is then applied without another pass, and any other commit (a member
+// left out, a guest let in, a refusal) is summed as before. A sum that would be refused, or a
+// contribution that does not decode, leaves it to the commit. Tried once a round per shard.
+void RoundAgreement::sum_ahead(uint32_t k) {
+  const FolderExchangeConfig& c = context_.config;
+  ShardOutcome& shard = shards_[k];
+  if (c.pattern != ExchangePattern::all_gather || !member_ || shard.done || shard.summed_in_grad || shard.summed_ahead)
+    return;
+  for (const std::string& m : members_)
+    if (m != c.worker && (refused_(m) || !checked_[k].count(m))) return;
+  shard.summed_ahead = true;
+  std::vector<Contributor> contributors = pinnable_contributors(k);
+  if (nothing_to_average(contributors)) return;
+  const ShardRange range = shard_range(n_, c.shard_count, k);
+  if (!sum_checked_in_one_pass(k, contributors, grad_ + range.begin, range.size())) return;
+  std::stable_sort(contributors.begin(), contributors.end(),
+                   [](const Contributor& a, const Contributor& b) { return a.worker < b.worker; });
+  shard.summed_in_grad = std::move(contributors);
+}
+
 // Note [Checked contributions] in exchange/contribution_check.h: each contribution that carries
 // tokens is decoded again and measured; those the rule refuses leave `contributors` and come back
 // as refusals. Only after the one pass above found something to refuse.
@@ -213,9 +249,7 @@ std::vector<wire::Refusal> RoundAgreement::refuse_contributions(uint32_t k, std:
 void RoundAgreement::publish_agreement(uint32_t k, uint32_t epoch) {
   const FolderExchangeConfig& c = context_.config;
   const bool sharded = c.pattern == ExchangePattern::sharded;
-  std::vector<Contributor> contributors{{c.worker, mine_.tokens, mine_.loss, mine_.overflow, own_checksums_[k], own_files_[k]}};
-  for (const auto& [worker, checked] : checked_[k])
-    if (!refused_(worker)) contributors.push_back(checked.contributor);
+  std::vector<Contributor> contributors = pinnable_contributors(k);
   // Guests (Note [Late entry]) may be among them: only members are missed. A missing member's
   // partial Δ stands in for its whole one (Note [Partial deltas]).
   std::string missing, salvaged;
@@ -233,9 +267,13 @@ void RoundAgreement::publish_agreement(uint32_t k, uint32_t epoch) {
   // Note [The check and the sum in one pass]
   const ShardRange range = shard_range(n_, c.shard_count, k);
   float* const sum_out = sharded ? (reduced_.resize(range.size()), reduced_.data()) : grad_ + range.begin;
-  const bool summed = !nothing_to_average(contributors) && sum_checked_in_one_pass(k, contributors, sum_out, range.size());
+  const auto by_worker = [](const Contributor& a, const Contributor& b) { return a.worker < b.worker; };
+  std::stable_sort(contributors.begin(), contributors.end(), by_worker);
+  const bool summed = !nothing_to_average(contributors) &&
+                      (shards_[k].summed_in_grad == contributors ||  // summed ahead (Note [Summing ahead of the commit])
+                       sum_checked_in_one_pass(k, contributors, sum_out, range.size()));
   const std::vector<wire::Refusal> refusals = summed ? std::vector<wire::Refusal>{} : refuse_contributions(k, contributors);
-  std::sort(contributors.begin(), contributors.end(), [](const Contributor& a, const Contributor& b) { return a.worker < b.worker; });
+  std::sort(contributors.begin(), contributors.end(), by_worker);
   shards_[k].summed_in_grad.reset();
   if (summed && !sharded) shards_[k].summed_in_grad = contributors;
   if (!salvaged.empty())

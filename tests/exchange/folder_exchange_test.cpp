@@ -136,6 +136,7 @@ TEST(FolderExchange, AllGatherFp32IsTheExactWeightedAverageOnEveryReplica) {
     EXPECT_DOUBLE_EQ(result.loss, 1.0 * r);
     EXPECT_FALSE(result.skip);
   }
+  int summed_ahead = 0;
   for (const std::string& w : team.workers) {
     const nlohmann::json stats = cluster.stats(w);
     EXPECT_EQ(stats["rounds"], 6);
@@ -146,7 +147,12 @@ TEST(FolderExchange, AllGatherFp32IsTheExactWeightedAverageOnEveryReplica) {
     // Each replica decodes each contribution once a round; the commit's owner (every worker in
     // turn) checks and sums in that one decode (Note [The check and the sum in one pass]).
     EXPECT_EQ(stats["contributions_decoded"], 6 * 3) << w;
+    summed_ahead += stats["commits_summed_ahead"].get<int>();
   }
+  // Replicas that had every contribution before the owner's commit came summed them then (Note
+  // [Summing ahead of the commit]): at most the 2 non-owners of each of the 6 rounds (8 here).
+  EXPECT_GE(summed_ahead, 1);
+  EXPECT_LE(summed_ahead, 6 * 2);
   // Old rounds are garbage-collected (gc_window 3): round 1 is gone from a's mirror.
   EXPECT_TRUE(cluster.folder().disk("a").list(round_dir_name(1)).empty());
   EXPECT_TRUE(cluster.folder().disk("a").list_published(round_dir_name(1)).empty());
