@@ -19,10 +19,15 @@ std::vector<Contributor> contributors_of(const google::protobuf::RepeatedPtrFiel
   std::vector<Contributor> out;
   for (const wire::Contribution& c : list)
     out.push_back({c.worker(), c.tokens(), c.loss(), c.overflow(), c.payload_checksum(), c.file(), c.partial()});
-  std::sort(out.begin(), out.end(), [](const Contributor& a, const Contributor& b) { return a.worker < b.worker; });
+  sort_by_worker(out);
   return out;
 }
 }  // namespace
+
+void sort_by_worker(std::vector<Contributor>& contributors) {
+  std::stable_sort(contributors.begin(), contributors.end(),
+                   [](const Contributor& a, const Contributor& b) { return a.worker < b.worker; });
+}
 
 bool nothing_to_average(const std::vector<Contributor>& contributors) {
   uint64_t total = 0;

@@ -46,6 +46,8 @@ struct Contributor {
 
   bool operator==(const Contributor&) const = default;
 };
+// In worker-name order: the order of every agreement's list and of every sum.
+void sort_by_worker(std::vector<Contributor>& contributors);
 // Nothing to average: a contributor flagged an overflow, or no contributor brought tokens (every
 // replica then skips the round).
 bool nothing_to_average(const std::vector<Contributor>& contributors);
@@ -141,7 +143,7 @@ class RoundAgreement {
   void request_contributions(uint32_t shard);
   void publish_agreement(uint32_t shard, uint32_t epoch);
   void with_contribution(uint32_t shard, const Contributor& contributor, const UsePayload& use);
-  bool sum_checked_in_one_pass(uint32_t shard, std::vector<Contributor> contributors, float* sum, size_t n);
+  bool sum_checked_in_one_pass(uint32_t shard, const std::vector<Contributor>& contributors, float* sum, size_t n);
   std::vector<Contributor> pinnable_contributors(uint32_t shard) const;
   void sum_ahead(uint32_t shard);
   std::vector<wire::Refusal> refuse_contributions(uint32_t shard, std::vector<Contributor>& contributors);

@@ -135,30 +135,27 @@ void RoundAgreement::with_contribution(uint32_t k, const Contributor& x, const U
 // The owner's check (Note [Checked contributions]) decodes every contribution of its shard, and
 // so does the sum: decoding twice made the check cost as much as the sum (an all-gather owner
 // also read every file twice, and every replica waits for its commit). So the owner sums the
-// contributions in worker order with the weights of all of them, as TokenWeightedSum does, and
-// measures each in the same decode (codec::decode_accumulate_measured). Only when the check then
+// contributions with TokenWeightedSum (worker order, the weights of all of them) and measures
+// each in the same decode (codec::decode_accumulate_measured). Only when the check then
 // refuses one, or one does not decode, is that sum dropped and the shard checked and summed again
 // without them, as before; a refusal costs a second pass, the usual round one. A sharded owner
 // encodes the sum as its reduced shard; an all-gather owner leaves it in grad's slice, and
 // applying its own commit (the same contributors, the same bytes) takes it as it is: a replica
 // that applies another commit sums that one itself.
-bool RoundAgreement::sum_checked_in_one_pass(uint32_t k, std::vector<Contributor> contributors, float* sum, size_t n) {
-  std::stable_sort(contributors.begin(), contributors.end(),
-                   [](const Contributor& a, const Contributor& b) { return a.worker < b.worker; });
-  uint64_t total = 0;
-  for (const Contributor& x : contributors) total += x.tokens;
-  std::fill(sum, sum + n, 0.0f);
+bool RoundAgreement::sum_checked_in_one_pass(uint32_t k, const std::vector<Contributor>& contributors, float* sum, size_t n) {
+  TokenWeightedSum weighted;
   std::vector<ContributionNorm> norms;
-  try {
-    for (const Contributor& x : contributors) {
-      const float weight = contribution_weight(x.tokens, total);
+  for (const Contributor& x : contributors)
+    weighted.add(x.worker, x.tokens, [this, k, &x, &norms](float weight, float* out, size_t size) {
       with_contribution(k, x, [&](const std::string& payload, const codec::CodecOptions& options) {
         const auto* bytes = reinterpret_cast<const uint8_t*>(payload.data());
         ++context_.stats.contributions_decoded;
-        if (x.tokens == 0) return codec::decode_accumulate(bytes, payload.size(), options, weight, sum, n);
-        norms.push_back(norm_from_squares(codec::decode_accumulate_measured(bytes, payload.size(), options, weight, sum, n)));
+        if (x.tokens == 0) return codec::decode_accumulate(bytes, payload.size(), options, weight, out, size);
+        norms.push_back(norm_from_squares(codec::decode_accumulate_measured(bytes, payload.size(), options, weight, out, size)));
       });
-    }
+    });
+  try {
+    weighted.sum_into(sum, n);
   } catch (const std::exception&) {
     return false;  // refuse_contributions says which, and why
   }
@@ -197,8 +194,7 @@ void RoundAgreement::sum_ahead(uint32_t k) {
   if (nothing_to_average(contributors)) return;
   const ShardRange range = shard_range(n_, c.shard_count, k);
   if (!sum_checked_in_one_pass(k, contributors, grad_ + range.begin, range.size())) return;
-  std::stable_sort(contributors.begin(), contributors.end(),
-                   [](const Contributor& a, const Contributor& b) { return a.worker < b.worker; });
+  sort_by_worker(contributors);
   shard.summed_in_grad = std::move(contributors);
 }
 
@@ -267,13 +263,11 @@ void RoundAgreement::publish_agreement(uint32_t k, uint32_t epoch) {
   // Note [The check and the sum in one pass]
   const ShardRange range = shard_range(n_, c.shard_count, k);
   float* const sum_out = sharded ? (reduced_.resize(range.size()), reduced_.data()) : grad_ + range.begin;
-  const auto by_worker = [](const Contributor& a, const Contributor& b) { return a.worker < b.worker; };
-  std::stable_sort(contributors.begin(), contributors.end(), by_worker);
+  sort_by_worker(contributors);
   const bool summed = !nothing_to_average(contributors) &&
                       (shards_[k].summed_in_grad == contributors ||  // summed ahead (Note [Summing ahead of the commit])
                        sum_checked_in_one_pass(k, contributors, sum_out, range.size()));
   const std::vector<wire::Refusal> refusals = summed ? std::vector<wire::Refusal>{} : refuse_contributions(k, contributors);
-  std::sort(contributors.begin(), contributors.end(), by_worker);
   shards_[k].summed_in_grad.reset();
   if (summed && !sharded) shards_[k].summed_in_grad = contributors;
   if (!salvaged.empty())
