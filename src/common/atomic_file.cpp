@@ -1,7 +1,9 @@
 #include "common/atomic_file.h"
 
 #include <fcntl.h>
+#include <limits.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <vector>
 
 #include "common/disk_space.h"
 #include "common/error.h"
@@ -28,6 +31,17 @@ fs::path unique_temp_path(const fs::path& final_path) {
 AtomicFileWriter::AtomicFileWriter(fs::path final_path)
     : final_path_(std::move(final_path)), temp_path_(unique_temp_path(final_path_)) {
   fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw_write_error(temp_path_, "cannot create", errno);
+}
+
+AtomicFileWriter::AtomicFileWriter(fs::path final_path, const std::optional<fs::path>& reuse)
+    : final_path_(std::move(final_path)), temp_path_(unique_temp_path(final_path_)) {
+  if (reuse && ::rename(reuse->c_str(), temp_path_.c_str()) == 0) {
+    fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CLOEXEC);
+    reused_ = fd_ >= 0;
+    if (fd_ < 0) ::unlink(temp_path_.c_str());
+  }
+  if (fd_ < 0) fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd_ < 0) throw_write_error(temp_path_, "cannot create", errno);
 }
 
@@ -52,10 +66,39 @@ void AtomicFileWriter::write(const void* data, size_t size) {
   }
 }
 
+void AtomicFileWriter::write(std::span<const std::string_view> pieces) {
+  GB_CHECK(fd_ >= 0, "write after commit to ", final_path_);
+  std::vector<iovec> left;
+  for (std::string_view piece : pieces)
+    if (!piece.empty()) left.push_back({const_cast<char*>(piece.data()), piece.size()});
+  size_t first = 0;
+  while (first < left.size()) {
+    const int count = static_cast<int>(std::min<size_t>(left.size() - first, IOV_MAX));
+    ssize_t n = ::writev(fd_, left.data() + first, count);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw_write_error(temp_path_, "write failed", errno);
+    written_ += static_cast<uint64_t>(n);
+    // Past what was written: whole pieces, then into the one it stopped in.
+    for (size_t done = static_cast<size_t>(n); done > 0;) {
+      iovec& piece = left[first];
+      const size_t step = std::min(done, piece.iov_len);
+      piece.iov_base = static_cast<char*>(piece.iov_base) + step;
+      piece.iov_len -= step;
+      done -= step;
+      if (piece.iov_len == 0) ++first;
+    }
+    while (first < left.size() && left[first].iov_len == 0) ++first;
+  }
+}
+
 void AtomicFileWriter::commit(Durability durability) {
   GB_CHECK(fd_ >= 0, "double commit of ", final_path_);
   const bool durable = durability == Durability::durable;
   int rc = 0;
+  // A reused file may be longer than what was written over it.
+  if (reused_)
+    do rc = ::ftruncate(fd_, static_cast<off_t>(written_)); while (rc < 0 && errno == EINTR);
+  if (rc < 0) throw_write_error(temp_path_, "cannot cut to its size", errno);
   if (durable)
     do rc = ::fsync(fd_); while (rc < 0 && errno == EINTR);
   if (rc < 0) throw_write_error(temp_path_, "fsync failed", errno);

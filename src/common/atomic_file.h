@@ -5,6 +5,8 @@
 // (The shared cloud folder has different rules: write once under a unique name, never rename.)
 #include <cstdint>
 #include <filesystem>
+#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -15,12 +17,19 @@ namespace fs = std::filesystem;
 class AtomicFileWriter {
  public:
   explicit AtomicFileWriter(fs::path final_path);
+  // Writes over the file `reuse` (renamed to the temp name first) instead of a new one, and
+  // cuts it to what was written at commit: its pages are overwritten, not allocated afresh
+  // (Note [Recycled files] in mirror/disk_mirror.cpp). A new file when `reuse` is gone.
+  AtomicFileWriter(fs::path final_path, const std::optional<fs::path>& reuse);
   ~AtomicFileWriter();  // removes the temp file unless commit() succeeded
   AtomicFileWriter(const AtomicFileWriter&) = delete;
   AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
 
   void write(const void* data, size_t size);
   void write(std::string_view bytes) { write(bytes.data(), bytes.size()); }
+  // The pieces one after another, in as few system calls as writev(2) allows.
+  void write(std::span<const std::string_view> pieces);
+  bool reused() const { return reused_; }
   uint64_t bytes_written() const { return written_; }
   // fsync, close, rename over the final path, fsync the directory. Not durable: close and
   // rename only (still atomic for readers; a crash may leave the previous version).
@@ -33,6 +42,7 @@ class AtomicFileWriter {
   int fd_ = -1;
   uint64_t written_ = 0;
   bool committed_ = false;
+  bool reused_ = false;
 };
 
 void write_file_atomic(const fs::path& path, std::string_view bytes);

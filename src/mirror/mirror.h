@@ -14,6 +14,7 @@
 // Torch- and protobuf-free.
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -34,6 +35,13 @@ class Mirror {
   // --- this worker's own files ---
   // Publishes bytes under rel, once: the syncer uploads them and never overwrites anything.
   virtual void publish(const std::string& rel, std::string_view bytes) = 0;
+  // The same for a file held in pieces (a framed file's head, payload and trailer), without
+  // joining them first where the mirror can.
+  virtual void publish_pieces(const std::string& rel, std::span<const std::string_view> pieces) {
+    std::string joined;
+    for (std::string_view piece : pieces) joined += piece;
+    publish(rel, joined);
+  }
   // rel is in the outbox (published in this life or an earlier one, and not withdrawn).
   virtual bool published(const std::string& rel) = 0;
   virtual std::optional<std::string> read_published(const std::string& rel) = 0;

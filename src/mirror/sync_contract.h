@@ -17,6 +17,9 @@
 //                               file whose name is a prefix of <rel>'s name in the same folder
 //                               (names end in unpredictable tokens: Note [Unpredictable names]).
 //   LOCAL/quarantine/<rel>      bytes that never verified.
+//   LOCAL/recycled/<pid>.<n>    the worker's withdrawn files, kept to be written over
+//                               (Note [Recycled files] in disk_mirror.cpp); the syncer never
+//                               looks there.
 //   LOCAL/inbox/control.json    SHARED/control.json, the one file edited in place (by hand).
 //   exit status 28              the local disk is full (Note [A full disk] in
 //                               common/disk_space.h): the syncer could not write under LOCAL.
@@ -32,6 +35,7 @@ inline constexpr std::string_view kOutboxDir = "outbox";
 inline constexpr std::string_view kInboxDir = "inbox";
 inline constexpr std::string_view kRequestsDir = "requests";
 inline constexpr std::string_view kQuarantineDir = "quarantine";
+inline constexpr std::string_view kRecycledDir = "recycled";
 inline constexpr std::string_view kSyncerStatsFile = "syncer/stats.json";
 inline constexpr std::string_view kSyncerLogFile = "syncer.log";
 inline constexpr std::string_view kSentSuffix = ".sent";

@@ -1,6 +1,9 @@
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
+#include <vector>
 
 #include "common/atomic_file.h"
 #include "common/checksum.h"
@@ -60,6 +63,59 @@ TEST(AtomicFile, ReadFileReturnsEveryByteAndRefusesAFolder) {
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("is a directory"), std::string::npos) << e.what();
   }
+}
+
+ino_t inode(const fs::path& path) {
+  struct ::stat st {};
+  EXPECT_EQ(::stat(path.c_str(), &st), 0) << path;
+  return st.st_ino;
+}
+
+TEST(AtomicFile, PiecesAreWrittenInOrderHoweverMany) {
+  const fs::path dir = fresh_dir("pieces");
+  // More pieces than one writev(2) takes (IOV_MAX, 1024 on Linux), empty ones among them.
+  std::vector<std::string> held;
+  std::string whole;
+  for (int i = 0; i < 3000; ++i) {
+    held.push_back(i % 7 == 0 ? std::string() : str("piece ", i, ";"));
+    whole += held.back();
+  }
+  const std::vector<std::string_view> pieces(held.begin(), held.end());
+  AtomicFileWriter writer(dir / "p.bin");
+  writer.write(pieces);
+  EXPECT_EQ(writer.bytes_written(), whole.size());
+  writer.commit();
+  EXPECT_EQ(read_file(dir / "p.bin"), whole);
+}
+
+TEST(AtomicFile, AReusedFileIsWrittenOverAndCutToWhatWasWritten) {
+  const fs::path dir = fresh_dir("reuse");
+  write_file_atomic(dir / "old.bin", std::string(100000, 'o'));
+  const ino_t old_inode = inode(dir / "old.bin");
+  {
+    AtomicFileWriter writer(dir / "shorter.bin", dir / "old.bin");
+    EXPECT_TRUE(writer.reused());
+    EXPECT_FALSE(fs::exists(dir / "old.bin"));  // taken: under the temp name now
+    writer.write(std::string(1000, 'n'));
+    EXPECT_FALSE(fs::exists(dir / "shorter.bin"));  // nothing under the final name before commit
+    writer.commit();
+  }
+  EXPECT_EQ(read_file(dir / "shorter.bin"), std::string(1000, 'n'));
+  EXPECT_EQ(inode(dir / "shorter.bin"), old_inode);
+  {
+    AtomicFileWriter writer(dir / "longer.bin", dir / "shorter.bin");
+    writer.write(std::string(300000, 'g'));
+    writer.commit(AtomicFileWriter::Durability::not_durable);
+  }
+  EXPECT_EQ(read_file(dir / "longer.bin"), std::string(300000, 'g'));
+  EXPECT_EQ(inode(dir / "longer.bin"), old_inode);
+  // Nothing to reuse: a new file.
+  AtomicFileWriter fresh(dir / "fresh.bin", dir / "gone.bin");
+  EXPECT_FALSE(fresh.reused());
+  fresh.write("new");
+  fresh.commit();
+  EXPECT_EQ(read_file(dir / "fresh.bin"), "new");
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 2);  // no temp left
 }
 
 TEST(Checksum, FileMatchesBufferAndDetectsOneByte) {
