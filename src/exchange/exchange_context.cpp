@@ -101,23 +101,30 @@ wire::FileHeader ExchangeContext::new_header() {
   return header;
 }
 
-void ExchangeContext::frame_into(const std::string& rel, wire::FileHeader header, std::string_view payload,
-                                 std::string& out) const {
-  wire::frame_into(std::move(header), payload, out, key(rel));
+std::string ExchangeContext::frame(const std::string& rel, wire::FileHeader header, std::string_view payload) const {
+  return wire::frame(std::move(header), payload, key(rel));
 }
 
-std::string ExchangeContext::frame(const std::string& rel, wire::FileHeader header, std::string_view payload) const {
-  std::string out;
-  frame_into(rel, std::move(header), payload, out);
-  return out;
+wire::FramedPieces ExchangeContext::frame_pieces(const std::string& rel, wire::FileHeader header,
+                                                std::string_view payload) const {
+  return wire::frame_pieces(std::move(header), payload, key(rel));
 }
 
 void ExchangeContext::publish(const std::string& rel, const std::string& bytes) {
   mirror.publish(rel, bytes);
-  stats.bytes_written += bytes.size();
-  if (rel.starts_with(kRoundsDirPrefix)) stats.round_bytes_written += bytes.size();
-  uploads_.emplace_back(clock.unix_ms(),
-                        config.nominal_upload_bytes ? config.nominal_upload_bytes(rel, bytes.size()) : bytes.size());
+  count_published(rel, bytes.size());
+}
+
+void ExchangeContext::publish(const std::string& rel, const wire::FramedPieces& framed) {
+  const std::array<std::string_view, 3> pieces = framed.pieces();
+  mirror.publish_pieces(rel, pieces);
+  count_published(rel, framed.size());
+}
+
+void ExchangeContext::count_published(const std::string& rel, uint64_t size) {
+  stats.bytes_written += size;
+  if (rel.starts_with(kRoundsDirPrefix)) stats.round_bytes_written += size;
+  uploads_.emplace_back(clock.unix_ms(), config.nominal_upload_bytes ? config.nominal_upload_bytes(rel, size) : size);
   if (!first_upload_ms_) first_upload_ms_ = uploads_.back().first;
   check_upload_cap();
 }

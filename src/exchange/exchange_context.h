@@ -124,12 +124,14 @@ class ExchangeContext {
   FileIdentity identity() const { return FileIdentity{config.run_id, config.model_fingerprint, config.file_mac}; }
   wire::FileHeader new_header();
   // Frames a file to be published under rel: tagged in a signed run (Note [Signed files]).
-  void frame_into(const std::string& rel, wire::FileHeader header, std::string_view payload, std::string& out) const;
   std::string frame(const std::string& rel, wire::FileHeader header, std::string_view payload = {}) const;
   // What a file under rel is checked with.
   wire::FileKey key(std::string_view rel) const { return wire::FileKey{config.file_mac.get(), rel}; }
+  // The same as pieces, the payload not copied (wire::frame_pieces): a round's large files.
+  wire::FramedPieces frame_pieces(const std::string& rel, wire::FileHeader header, std::string_view payload) const;
   // Publishes a framed file (write-once), counting its bytes for the daily-upload report.
   void publish(const std::string& rel, const std::string& bytes);
+  void publish(const std::string& rel, const wire::FramedPieces& framed);
   uint64_t bytes_published_last_day();
   // What this worker's uploads of the last kUploadPaceWindowS (or of its life, when shorter)
   // come to in a day; nullopt while it has uploaded for less than kUploadPaceMinS.
@@ -163,6 +165,7 @@ class ExchangeContext {
   std::optional<int64_t> first_upload_ms_;
   int upload_warning_level_ = 0;  // 0, 1 (past kUploadWarnFraction of the cap), 2 (at the cap)
   static constexpr double kUploadWarnFraction = 0.8;
+  void count_published(const std::string& rel, uint64_t size);
   void check_upload_cap();
   std::set<std::string> rejected_;
   // Round files already counted in round_bytes_read (a contribution is read to check it, then

@@ -307,7 +307,9 @@ void CheckpointPublisher::start(const fs::path& local_checkpoint, uint64_t step,
       }
       // Other bytes of an interrupted earlier publish that never landed: replaced.
       if (mirror_->published(part_rel)) mirror_->withdraw(part_rel);
-      mirror_->publish(part_rel, wire::frame(std::move(header), slice, wire::FileKey{identity_.mac.get(), part_rel}));
+      const wire::FramedPieces framed = wire::frame_pieces(std::move(header), slice, wire::FileKey{identity_.mac.get(), part_rel});
+      const std::array<std::string_view, 3> pieces = framed.pieces();
+      mirror_->publish_pieces(part_rel, pieces);
     }
   }
   logger().info(str("publishing ", pending->dir_rel, ": ", manifest.parts_size(), " parts"));

@@ -108,7 +108,7 @@ void RoundAgreement::recycle_buffers() {
       for (auto& [worker, checked] : shard) context_.buffers.give(std::move(checked.file.payload));
     list->clear();
   }
-  for (auto& [name, bytes] : own_agreements_) context_.buffers.give(std::move(bytes));
+  for (auto& [name, own] : own_agreements_) context_.buffers.give(std::move(own.payload));
   own_agreements_.clear();
 }
 
@@ -287,7 +287,7 @@ bool RoundAgreement::try_apply(uint32_t k, const std::set<std::string>& visible)
     std::optional<wire::WireFile> read;
     wire::WireView file;
     if (auto own = own_agreements_.find(candidate.name); own != own_agreements_.end()) {
-      file = wire::parse_view(own->second, "own " + candidate.name);
+      file = wire::WireView{own->second.header, own->second.payload};
     } else {
       read = context_.read_checked(round_dir() + "/" + candidate.name, ExchangeContext::Side::own_first);
       if (!read) continue;

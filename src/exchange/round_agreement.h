@@ -181,7 +181,7 @@ class RoundAgreement {
   std::vector<float> decoded_;              // an owner's decoded contribution, to check it again after a refusal
   std::vector<uint64_t> own_checksums_;
   std::vector<std::string> own_files_;
-  std::map<std::string, std::string> own_agreements_;  // name -> bytes, until they land
+  std::map<std::string, wire::WireFile> own_agreements_;  // name -> header and payload as published, until they land
   std::set<std::string> lag_seen_;
   struct Checked {
     Contributor contributor;

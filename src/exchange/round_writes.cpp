@@ -103,11 +103,8 @@ void RoundAgreement::publish_contributions() {
     }
     own_checksums_[k] = checksum64(payload.data(), payload.size());
     own_files_[k] = contribution_name(c.worker, k, context_.incarnation.token(str("g/", round_, "/", k)));
-    std::string framed = context_.buffers.take(wire::framed_size_hint(payload.size()));
     const std::string rel = round_dir() + "/" + own_files_[k];
-    context_.frame_into(rel, header, payload, framed);
-    context_.publish(rel, framed);
-    context_.buffers.give(std::move(framed));
+    context_.publish(rel, context_.frame_pieces(rel, std::move(header), payload));
   }
 }
 
@@ -332,12 +329,10 @@ void RoundAgreement::publish_agreement(uint32_t k, uint32_t epoch) {
   for (const std::string& m : members_) view->add_members(m);
   if (k == 0) decide_view_(view, contributors);
   const std::string name = agreement_name(c.pattern, k, epoch, c.worker, context_.incarnation.token(str("a/", round_, "/", k, "/", epoch)));
-  // A commit (no payload) is small.
-  std::string bytes = payload.empty() ? std::string() : context_.buffers.take(wire::framed_size_hint(payload.size()));
-  context_.frame_into(round_dir() + "/" + name, header, payload, bytes);
-  context_.buffers.give(std::move(payload));
-  context_.publish(round_dir() + "/" + name, bytes);
-  own_agreements_[name] = std::move(bytes);
+  const std::string rel = round_dir() + "/" + name;
+  wire::FramedPieces framed = context_.frame_pieces(rel, std::move(header), payload);
+  context_.publish(rel, framed);
+  own_agreements_[name] = wire::WireFile{std::move(framed.header), std::move(payload)};
   ++context_.stats.agreements_published;
 }
 
@@ -353,7 +348,6 @@ uint64_t RoundAgreement::publish_partial(uint64_t round, const float* delta, siz
   });
   uint64_t written = 0;
   std::string payload = context_.buffers.take();
-  std::string framed = context_.buffers.take();
   for (uint32_t k = 0; k < c.shard_count; ++k) {
     const ShardRange range = shard_range(n, c.shard_count, k);
     wire::FileHeader header = context_.new_header();
@@ -373,13 +367,12 @@ uint64_t RoundAgreement::publish_partial(uint64_t round, const float* delta, siz
     // No error feedback: the residual belongs to the whole Δ (a dead worker's is lost anyway).
     if (!mine.overflow) codec::encode_into(delta + range.begin, range.size(), c.codec, payload);
     const std::string name = partial_name(c.worker, k, context_.incarnation.token(str("p/", round, "/", k, "/", mine.tokens)));
-    context_.frame_into(dir + "/" + name, header, payload, framed);
+    const wire::FramedPieces framed = context_.frame_pieces(dir + "/" + name, std::move(header), payload);
     context_.publish(dir + "/" + name, framed);
     written += framed.size();
     own.push_back(name);
   }
   context_.buffers.give(std::move(payload));
-  context_.buffers.give(std::move(framed));
   ++context_.stats.partials_published;
   return written;
 }

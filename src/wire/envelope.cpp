@@ -151,7 +151,7 @@ std::string frame(FileHeader header, std::string_view payload, FileKey key) {
   return out;
 }
 
-void frame_into(FileHeader header, std::string_view payload, std::string& out, FileKey key) {
+FramedPieces frame_pieces(FileHeader header, std::string_view payload, FileKey key) {
   header.set_version(key.mac ? kSignedWireVersion : kUnsignedWireVersion);
   header.clear_mac_nonce();
   header.clear_member();
@@ -167,24 +167,35 @@ void frame_into(FileHeader header, std::string_view payload, std::string& out, F
   }
   header.set_payload_length(payload.size());
   header.set_payload_checksum(checksum64(payload.data(), payload.size()));
+  FramedPieces out;
   std::string header_bytes;
   GB_CHECK(header.SerializeToString(&header_bytes), "FileHeader does not serialise");
   GB_CHECK(header_bytes.size() <= kMaxHeaderSize, "header of ", header_bytes.size(), " bytes");
-  out.clear();
-  out.reserve(kPreambleSize + header_bytes.size() + payload.size() + trailer_size(header));
-  out.append(kMagic, sizeof(kMagic));
-  append_le<uint32_t>(out, kFrameVersion);
-  append_le<uint32_t>(out, static_cast<uint32_t>(header_bytes.size()));
-  append_le<uint64_t>(out, checksum64(header_bytes.data(), header_bytes.size()));
-  out += header_bytes;
-  out += payload;
+  out.head.reserve(kPreambleSize + header_bytes.size());
+  out.head.append(kMagic, sizeof(kMagic));
+  append_le<uint32_t>(out.head, kFrameVersion);
+  append_le<uint32_t>(out.head, static_cast<uint32_t>(header_bytes.size()));
+  append_le<uint64_t>(out.head, checksum64(header_bytes.data(), header_bytes.size()));
+  out.head += header_bytes;
+  out.payload = payload;
   if (key.mac) {
-    const Signature signature = key.mac->sign(header.member(), header.run_id(), key.rel, file_digest(out));
-    out.append(reinterpret_cast<const char*>(signature.data()), signature.size());
-    const FileMac::Tag tag = key.mac->tag(header.run_id(), key.rel, header.mac_nonce(), out);
-    out.append(reinterpret_cast<const char*>(tag.data()), tag.size());
-    append_le<uint64_t>(out, checksum64(out.data() + out.size() - kTrailerSize + 8, kTrailerSize - 8));
+    const std::string_view signed_pieces[] = {out.head, payload};
+    const Signature signature = key.mac->sign(header.member(), header.run_id(), key.rel, file_digest(signed_pieces));
+    out.trailer.append(reinterpret_cast<const char*>(signature.data()), signature.size());
+    const std::string_view tagged_pieces[] = {out.head, payload, out.trailer};
+    const FileMac::Tag tag = key.mac->tag(header.run_id(), key.rel, header.mac_nonce(), tagged_pieces);
+    out.trailer.append(reinterpret_cast<const char*>(tag.data()), tag.size());
+    append_le<uint64_t>(out.trailer, checksum64(out.trailer.data(), out.trailer.size()));  // of signature and tag
   }
+  out.header = std::move(header);
+  return out;
+}
+
+void frame_into(FileHeader header, std::string_view payload, std::string& out, FileKey key) {
+  const FramedPieces framed = frame_pieces(std::move(header), payload, key);
+  out.clear();
+  out.reserve(framed.size());
+  for (std::string_view piece : framed.pieces()) out += piece;
 }
 
 Verification verify_bytes(std::string_view bytes) { return verify_impl(bytes, nullptr); }

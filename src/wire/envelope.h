@@ -22,6 +22,7 @@
 // This is the only torch-free place that includes the generated protobuf code's users'
 // header; LibTorch ships its own protobuf headers, so nothing here may be included from a
 // translation unit that includes <torch/torch.h>.
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <stdexcept>
@@ -112,6 +113,20 @@ struct WireView {
 std::string frame(FileHeader header, std::string_view payload, FileKey key = {});
 // The same into out (its contents replaced, its buffer reused).
 void frame_into(FileHeader header, std::string_view payload, std::string& out, FileKey key = {});
+
+// A framed file as the pieces it is written from, so that a payload of hundreds of MB is never
+// copied behind its header: the head (preamble and header) and the trailer are built here, the
+// payload is the caller's (it must outlive this). header is the header as framed (version,
+// lengths, checksum, nonce and member filled in).
+struct FramedPieces {
+  FileHeader header;
+  std::string head;
+  std::string_view payload;
+  std::string trailer;
+  std::array<std::string_view, 3> pieces() const { return {head, payload, trailer}; }
+  uint64_t size() const { return head.size() + payload.size() + trailer.size(); }
+};
+FramedPieces frame_pieces(FileHeader header, std::string_view payload, FileKey key = {});
 
 Verification verify_bytes(std::string_view bytes);
 // Reads the preamble and header, then checksums the payload in pieces (a file is never held

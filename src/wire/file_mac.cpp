@@ -150,6 +150,12 @@ std::string FileMac::new_nonce() {
 
 FileMac::Tag FileMac::tag(std::string_view run_id, std::string_view rel, std::string_view nonce,
                           std::string_view signed_bytes) const {
+  const std::string_view pieces[] = {signed_bytes};
+  return tag(run_id, rel, nonce, pieces);
+}
+
+FileMac::Tag FileMac::tag(std::string_view run_id, std::string_view rel, std::string_view nonce,
+                          std::span<const std::string_view> signed_pieces) const {
   std::string context;
   for (std::string_view field : {kContext, run_id, rel, nonce}) append_field(context, field);
   unsigned char key[32];
@@ -170,10 +176,10 @@ FileMac::Tag FileMac::tag(std::string_view run_id, std::string_view rel, std::st
   } free_at_exit{ctx, key};
   Tag out{};
   size_t out_size = 0;
-  GB_CHECK(EVP_MAC_init(ctx, key, sizeof(key), nullptr) == 1 &&
-               EVP_MAC_update(ctx, reinterpret_cast<const unsigned char*>(signed_bytes.data()), signed_bytes.size()) == 1 &&
-               EVP_MAC_final(ctx, out.data(), &out_size, out.size()) == 1 && out_size == out.size(),
-           "Poly1305 failed");
+  bool ok = EVP_MAC_init(ctx, key, sizeof(key), nullptr) == 1;
+  for (std::string_view piece : signed_pieces)
+    ok = ok && EVP_MAC_update(ctx, reinterpret_cast<const unsigned char*>(piece.data()), piece.size()) == 1;
+  GB_CHECK(ok && EVP_MAC_final(ctx, out.data(), &out_size, out.size()) == 1 && out_size == out.size(), "Poly1305 failed");
   return out;
 }
 

@@ -32,6 +32,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -80,6 +81,9 @@ class FileMac {
 
   // The tag of `signed_bytes` (the file before its tag) named `rel` in run `run_id`.
   Tag tag(std::string_view run_id, std::string_view rel, std::string_view nonce, std::string_view signed_bytes) const;
+  // The same of the pieces' concatenation, without joining them.
+  Tag tag(std::string_view run_id, std::string_view rel, std::string_view nonce,
+          std::span<const std::string_view> signed_pieces) const;
   // Constant time.
   static bool equal(const Tag& a, std::string_view b);
 

@@ -72,21 +72,51 @@ Key32 sha256(std::string_view bytes) {
 }
 
 Key32 file_digest(std::string_view bytes) {
-  const size_t pieces = std::max<size_t>(1, (bytes.size() + kDigestPiece - 1) / kDigestPiece);
-  std::vector<Key32> digests(pieces);
+  const std::string_view pieces[] = {bytes};
+  return file_digest(pieces);
+}
+
+namespace {
+
+// SHA-256 of bytes [begin, end) of the pieces' concatenation.
+Key32 sha256_of_range(std::span<const std::string_view> pieces, uint64_t begin, uint64_t end) {
+  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+  GB_CHECK(ctx != nullptr && EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr) == 1, "SHA-256 failed");
+  uint64_t at = 0;
+  bool ok = true;
+  for (std::string_view piece : pieces) {
+    const uint64_t from = std::max(begin, at), to = std::min<uint64_t>(end, at + piece.size());
+    if (from < to) ok = ok && EVP_DigestUpdate(ctx, piece.data() + (from - at), to - from) == 1;
+    at += piece.size();
+  }
+  Key32 out{};
+  unsigned int size = 0;
+  ok = ok && EVP_DigestFinal_ex(ctx, out.data(), &size) == 1 && size == out.size();
+  EVP_MD_CTX_free(ctx);
+  GB_CHECK(ok, "SHA-256 failed");
+  return out;
+}
+
+}  // namespace
+
+Key32 file_digest(std::span<const std::string_view> pieces) {
+  uint64_t total = 0;
+  for (std::string_view piece : pieces) total += piece.size();
+  const size_t count = std::max<size_t>(1, (total + kDigestPiece - 1) / kDigestPiece);
+  std::vector<Key32> digests(count);
   const auto hash_from = [&](size_t first, size_t step) {
-    for (size_t i = first; i < pieces; i += step) digests[i] = sha256(bytes.substr(std::min(bytes.size(), i * kDigestPiece), kDigestPiece));
+    for (size_t i = first; i < count; i += step)
+      digests[i] = sha256_of_range(pieces, std::min<uint64_t>(total, i * kDigestPiece), std::min<uint64_t>(total, (i + 1) * kDigestPiece));
   };
-  const size_t threads = std::min<size_t>(pieces, std::max(1u, std::thread::hardware_concurrency()));
+  const size_t threads = std::min<size_t>(count, std::max(1u, std::thread::hardware_concurrency()));
   std::vector<std::thread> helpers;
   for (size_t t = 1; t < threads; ++t) helpers.emplace_back(hash_from, t, threads);
   hash_from(0, threads);
   for (std::thread& h : helpers) h.join();
   std::string list;
-  list.reserve(32 * pieces + 64);
+  list.reserve(32 * count + 64);
   append_field(list, "gradbox pieces 1");
-  const uint64_t size = bytes.size();
-  list.append(reinterpret_cast<const char*>(&size), sizeof(size));
+  list.append(reinterpret_cast<const char*>(&total), sizeof(total));
   for (const Key32& d : digests) list.append(view(d));
   return sha256(list);
 }

@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -46,6 +47,8 @@ Key32 derive_key(std::string_view secret, std::initializer_list<std::string_view
 Key32 sha256(std::string_view bytes);
 // The digest a member signs (above); the same on any number of cores.
 Key32 file_digest(std::string_view bytes);
+// The same of the pieces' concatenation, without joining them (a framed file's head and payload).
+Key32 file_digest(std::span<const std::string_view> pieces);
 inline constexpr size_t kDigestPiece = size_t{4} << 20;
 
 // An Ed25519 key pair from a 32-byte seed.

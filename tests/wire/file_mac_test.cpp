@@ -204,6 +204,51 @@ TEST(MemberSignatures, TheFileDigestIsTheSha256OfItsPiecesDigests) {
   EXPECT_NE(file_digest(std::string(1, '\0')), file_digest(""));
 }
 
+TEST(MemberSignatures, TheDigestAndTheTagOfPiecesAreThoseOfTheirConcatenation) {
+  // frame_pieces signs and tags a file's head, payload and trailer without joining them.
+  const FileMac mac(kSecret);
+  const std::string nonce(FileMac::kNonceSize, 'n');
+  std::string bytes(3 * kDigestPiece + 17, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i * 2654435761u >> 13);
+  const std::string_view all = bytes;
+  const Key32 digest = file_digest(all);
+  const FileMac::Tag tag = mac.tag("run-1", kRel, nonce, all);
+  for (const size_t first : {size_t{0}, size_t{1}, kDigestPiece - 1, kDigestPiece, kDigestPiece + 5})
+    for (const size_t second : {first, 2 * kDigestPiece, bytes.size() - 3, bytes.size()}) {
+      const std::string_view pieces[] = {all.substr(0, first), all.substr(first, second - first), all.substr(second)};
+      EXPECT_EQ(file_digest(pieces), digest) << first << " " << second;
+      EXPECT_EQ(mac.tag("run-1", kRel, nonce, pieces), tag) << first << " " << second;
+    }
+  const std::string_view none[] = {std::string_view()};
+  EXPECT_EQ(file_digest(none), file_digest(""));
+}
+
+TEST(FileMac, AFileFramedAsPiecesIsTheFileFramedWhole) {
+  const std::string payload(100000, 'p');
+  // Unsigned: the same bytes, the payload never copied.
+  const FramedPieces plain = frame_pieces(gradient_header(), payload);
+  EXPECT_EQ(plain.payload.data(), payload.data());
+  std::string joined;
+  for (std::string_view piece : plain.pieces()) joined += piece;
+  EXPECT_EQ(joined, frame(gradient_header(), payload));
+  EXPECT_EQ(plain.size(), joined.size());
+  EXPECT_TRUE(plain.trailer.empty());
+  EXPECT_EQ(parse(joined, "f").header.SerializeAsString(), plain.header.SerializeAsString());
+  // Signed (a fresh nonce each time, so not the same bytes): signature and tag hold for a
+  // reader with the key, and the header returned is the one framed.
+  const FileMac mac(kSecret);
+  for (const std::string_view p : {std::string_view(payload), std::string_view()}) {
+    const FramedPieces framed = frame_pieces(gradient_header(), p, FileKey{&mac, kRel});
+    EXPECT_EQ(framed.trailer.size(), kTrailerSize);
+    std::string bytes;
+    for (std::string_view piece : framed.pieces()) bytes += piece;
+    const WireFile file = parse(bytes, "f", FileKey{&mac, kRel});
+    EXPECT_EQ(file.payload, p);
+    EXPECT_EQ(file.header.SerializeAsString(), framed.header.SerializeAsString());
+    EXPECT_EQ(verify_bytes(bytes).state, FileState::complete);
+  }
+}
+
 RunSecret credential(const std::string& member) {
   return RunSecret::from_text(FileMac(kSecret).issue_credential(member), "credential-" + member);
 }
