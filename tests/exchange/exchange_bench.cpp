@@ -1,7 +1,7 @@
 // The folder exchange end to end on a real gradient (a benchmark, not a test; run by
 // scripts/bench/exchange_bench.sh):
 //
-//   exchange_bench --grad FILE [--workers 3] [--rounds 5] [--dir /tmp/gradbox_exchange_bench]
+//   exchange_bench --grad FILE [--workers 3] [--rounds 5] [--warmup N] [--dir /tmp/gradbox_exchange_bench]
 //                  [--patterns all-gather,sharded] [--codecs fp32,fp16,bf16,int8,int4]
 //                  [--poll-ms 500] [--no-wake] [--gc-window 2] [--context-repeats 3] [--keep]
 //                  [--log-level warn] [--signed] [--max-norm-ratio 10]
@@ -15,9 +15,11 @@
 // gradbox-sync). Worker w's gradient in round
 // r is the loaded one scaled by (1 + 0.01 w)(1 + 0.001 r), so every file differs.
 //
-// Per configuration (pattern x codec, codec::default_options, threads = 1) it runs --rounds
-// rounds, all workers starting each round together (a barrier stands for "every gradient is
-// ready"), and prints
+// Per configuration (pattern x codec, codec::default_options, threads = 1) it runs --warmup
+// rounds, then --rounds rounds, all workers starting each round together (a barrier stands for
+// "every gradient is ready"). Only the last --rounds count: a run's first rounds size its
+// buffers and have no withdrawn files to write over yet (Note [Recycled files]), so the default
+// warm-up is --gc-window + 2 rounds, the first whose files reuse a withdrawn round's. It prints
 //   - the all_reduce wall time (encode, write, sync, wait for peers, decode and reduce, local
 //     garbage collection): median, min and max over all worker-rounds, and the median over
 //     rounds of the slowest worker;
@@ -85,6 +87,7 @@ struct Options {
   std::string grad;
   int workers = 3;
   int rounds = 5;
+  int warmup = -1;  // --gc-window + 2
   std::string dir = "/tmp/gradbox_exchange_bench";
   std::vector<std::string> patterns{"all-gather", "sharded"};
   std::vector<std::string> codecs{"fp32", "fp16", "bf16", "int8", "int4"};
@@ -119,6 +122,7 @@ Options parse(int argc, char** argv) {
     if (a == "--grad") o.grad = value();
     else if (a == "--workers") o.workers = std::stoi(value());
     else if (a == "--rounds") o.rounds = std::stoi(value());
+    else if (a == "--warmup") o.warmup = std::stoi(value());
     else if (a == "--dir") o.dir = value();
     else if (a == "--patterns") o.patterns = split(value());
     else if (a == "--codecs") o.codecs = split(value());
@@ -133,6 +137,7 @@ Options parse(int argc, char** argv) {
     else throw std::runtime_error("unknown option " + a);
   }
   if (o.grad.empty()) throw std::runtime_error("--grad FILE is required (codec_bench --dump FILE writes one)");
+  if (o.warmup < 0) o.warmup = o.gc_window + 2;
   if (o.workers < 2 || o.rounds < 1 || o.context_repeats < 1 || o.poll_ms < 0)
     throw std::runtime_error("--workers >= 2, --rounds >= 1, --context-repeats >= 1, --poll-ms >= 0");
   return o;
@@ -291,12 +296,13 @@ ConfigResult run_config(const Options& opt, const std::vector<float>& base, exch
   for (int w = 0; w < N; ++w)
     syncers.push_back(std::make_unique<SyncerThread>(shared, root / members[w], members[w], opt.poll_ms, opt.wake));
 
-  // times[w][r], checksums[w][r], contributors[w][r]
-  std::vector<std::vector<double>> times(N, std::vector<double>(opt.rounds));
-  std::vector<double> cpu(N, 0);  // per worker, in its all_reduce calls
-  std::vector<std::vector<uint64_t>> sums(N, std::vector<uint64_t>(opt.rounds));
-  std::vector<std::vector<int>> contributors(N, std::vector<int>(opt.rounds));
-  std::vector<double> rel_err(opt.rounds, 0);
+  // times[w][r], checksums[w][r], contributors[w][r], over warm-up and counted rounds
+  const int total_rounds = opt.warmup + opt.rounds;
+  std::vector<std::vector<double>> times(N, std::vector<double>(total_rounds));
+  std::vector<double> cpu(N, 0);  // per worker, in its all_reduce calls of the counted rounds
+  std::vector<std::vector<uint64_t>> sums(N, std::vector<uint64_t>(total_rounds));
+  std::vector<std::vector<int>> contributors(N, std::vector<int>(total_rounds));
+  std::vector<double> rel_err(total_rounds, 0);
   std::vector<uint64_t> files_up(N, 0), files_down(N, 0);
   std::vector<std::string> errors(N);
   std::barrier sync_point(N);
@@ -328,7 +334,7 @@ ConfigResult run_config(const Options& opt, const std::vector<float>& base, exch
       auto ex = exchange::make_folder_exchange(c);
       std::vector<float> g(n);
       std::vector<float> reference;
-      for (int r = 1; r <= opt.rounds; ++r) {
+      for (int r = 1; r <= total_rounds; ++r) {
         const float s = scale_of(w, r);
         for (size_t i = 0; i < n; ++i) g[i] = base[i] * s;
         sync_point.arrive_and_wait();  // every worker's gradient is ready
@@ -337,7 +343,7 @@ ConfigResult run_config(const Options& opt, const std::vector<float>& base, exch
         const double c0 = thread_cpu_seconds();
         const exchange::RoundResult result = ex->all_reduce(r, g.data(), n, {tokens, 1.0, false});
         times[w][r - 1] = seconds(t0, Clock::now());
-        cpu[w] += thread_cpu_seconds() - c0;
+        if (r > opt.warmup) cpu[w] += thread_cpu_seconds() - c0;
         contributors[w][r - 1] = result.skip ? -1 : result.contributors;
         // The checks below run once every worker is done, so they never compete with a timed call.
         sync_point.arrive_and_wait();
@@ -381,8 +387,8 @@ ConfigResult run_config(const Options& opt, const std::vector<float>& base, exch
   for (double c : cpu) cpu_total += c;
   for (auto& s : syncers) {
     s->stop();
-    cpu_total += s->cpu_seconds();
-    res.syncer_cpu_s += s->cpu_seconds() / opt.rounds;
+    cpu_total += s->cpu_seconds() * opt.rounds / total_rounds;  // its share of the counted rounds
+    res.syncer_cpu_s += s->cpu_seconds() / total_rounds;
     const syncer::SyncerStats st = s->stats();
     up += st.bytes_uploaded;
     down += st.bytes_downloaded;
@@ -400,10 +406,10 @@ ConfigResult run_config(const Options& opt, const std::vector<float>& base, exch
       res.problem += " " + members[w] + ": " + errors[w] + ";";
     }
   std::vector<double> all, slowest;
-  for (int r = 0; r < opt.rounds && res.ok; ++r) {
+  for (int r = 0; r < total_rounds && res.ok; ++r) {
     double worst = 0;
     for (int w = 0; w < N; ++w) {
-      all.push_back(times[w][r]);
+      if (r >= opt.warmup) all.push_back(times[w][r]);
       worst = std::max(worst, times[w][r]);
       if (sums[w][r] != sums[0][r]) {
         res.ok = false;
@@ -416,7 +422,7 @@ ConfigResult run_config(const Options& opt, const std::vector<float>& base, exch
                        std::to_string(contributors[w][r]) + " contributors;";
       }
     }
-    slowest.push_back(worst);
+    if (r >= opt.warmup) slowest.push_back(worst);
     res.rel_err = std::max(res.rel_err, rel_err[r]);
   }
   if (res.ok && codec_kind == codec::Codec::fp32 && res.rel_err != 0) {
@@ -429,7 +435,7 @@ ConfigResult run_config(const Options& opt, const std::vector<float>& base, exch
     res.max_s = *std::max_element(all.begin(), all.end());
     res.med_slowest_s = median(slowest);
   }
-  const double per = 1.0 / (static_cast<double>(N) * opt.rounds);
+  const double per = 1.0 / (static_cast<double>(N) * total_rounds);  // bytes: every round alike
   res.cpu_s = cpu_total / opt.rounds;
   res.up_mb = up * per / 1e6;
   res.down_mb = down * per / 1e6;
@@ -492,7 +498,7 @@ CodecRound run_codec_round(const Options& opt, const std::vector<float>& base, e
     std::string own_reduced;
     std::vector<float> g(n), sum;
     const uint32_t mine = sharded ? static_cast<uint32_t>(w) : 0;
-    for (int r = 1; r <= opt.rounds; ++r) {
+    for (int r = 1; r <= opt.warmup + opt.rounds; ++r) {  // the warm-up as the exchange's
       const float s = scale_of(w, r);
       for (size_t i = 0; i < n; ++i) g[i] = base[i] * s;
       sync_point.arrive_and_wait();
@@ -516,8 +522,10 @@ CodecRound run_codec_round(const Options& opt, const std::vector<float>& base, e
             codec::decode(reinterpret_cast<const uint8_t*>(reduced[k].data()), reduced[k].size(), o,
                           g.data() + range(k).begin, range(k).size());
       }
-      times[w][r - 1] = seconds(t0, Clock::now());
-      cpu[w] += thread_cpu_seconds() - c0;
+      if (r > opt.warmup) {
+        times[w][r - opt.warmup - 1] = seconds(t0, Clock::now());
+        cpu[w] += thread_cpu_seconds() - c0;
+      }
       sync_point.arrive_and_wait();
     }
   };
@@ -548,9 +556,9 @@ int main(int argc, char** argv) try {
   const std::vector<float> base = load_gradient(opt.grad);
   const size_t n = base.size();
   const double fp32_mb = 4e-6 * static_cast<double>(n);
-  std::printf("gradient: %s, %zu elements (%.1f MB fp32); %d workers, %d rounds per configuration, "
-              "syncer poll %d ms%s, gc window %d, codec threads 1, %u hardware threads; %s, --max-norm-ratio %g\n",
-              opt.grad.c_str(), n, fp32_mb, opt.workers, opt.rounds, opt.poll_ms,
+  std::printf("gradient: %s, %zu elements (%.1f MB fp32); %d workers, %d rounds per configuration after %d of "
+              "warm-up, syncer poll %d ms%s, gc window %d, codec threads 1, %u hardware threads; %s, --max-norm-ratio %g\n",
+              opt.grad.c_str(), n, fp32_mb, opt.workers, opt.rounds, opt.warmup, opt.poll_ms,
               opt.wake ? " and on every change" : " only", opt.gc_window,
               std::thread::hardware_concurrency(), opt.signed_run ? "signed" : "unsigned", opt.max_norm_ratio);
   fs::create_directories(opt.dir);
@@ -606,7 +614,7 @@ int main(int argc, char** argv) try {
     const exchange::ExchangePattern pattern = exchange::parse_pattern(p);
     for (const std::string& name : opt.codecs) {
       const codec::Codec kind = codec::parse_codec(name);
-      std::printf("\n== %s %s: %d rounds ...\n", p.c_str(), name.c_str(), opt.rounds);
+      std::printf("\n== %s %s: %d + %d rounds ...\n", p.c_str(), name.c_str(), opt.warmup, opt.rounds);
       const auto t0 = Clock::now();
       ConfigResult r = run_config(opt, base, pattern, kind, ctx.at(name));
       r.codec_only = run_codec_round(opt, base, pattern, kind);
@@ -623,14 +631,14 @@ int main(int argc, char** argv) try {
     }
   }
 
-  std::printf("\nSUMMARY: N=%d, %d rounds each; times are one all_reduce call; bytes are per worker per round: "
+  std::printf("\nSUMMARY: N=%d, %d rounds each after %d of warm-up; times are one all_reduce call; bytes are per worker per round: "
               "'sync' = syncer counters (bytes_uploaded / bytes_downloaded, downloads include the header looks at files "
               "still being written, counted in 'part'), 'files' = the round's finished files; xfp32 = multiple of one "
               "fp32 gradient (%.1f MB), xenc = multiple of one encoded gradient, of 'sync' bytes; exp = what the "
               "pattern should move, in encoded gradients; codec s = the same round's codec work alone (N threads "
               "at once, no files), xcodec = med s / codec s (target <= 1.5); CPU = CPU seconds per round of all workers' "
               "all_reduce calls and all syncers, xcpu = CPU over the codec work's CPU\n",
-              opt.workers, opt.rounds, fp32_mb);
+              opt.workers, opt.rounds, opt.warmup, fp32_mb);
   std::printf("%-10s %-5s %7s | %7s %7s %7s %7s | %7s %6s %6s %5s | %7s %7s %6s %6s %5s | %7s %7s %6s %6s %5s %4s | %8s %s\n",
               "pattern", "codec", "enc MB", "med s", "min s", "max s", "slow s", "codec s", "xcodec", "CPU s", "xcpu", "up sync", "files", "xfp32", "xenc", "exp",
               "dn sync", "files", "xfp32", "xenc", "exp", "part", "rel err", "check");
