@@ -54,16 +54,8 @@ AtomicFileWriter::~AtomicFileWriter() {
 }
 
 void AtomicFileWriter::write(const void* data, size_t size) {
-  GB_CHECK(fd_ >= 0, "write after commit to ", final_path_);
-  const char* p = static_cast<const char*>(data);
-  while (size > 0) {
-    ssize_t n = ::write(fd_, p, size);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw_write_error(temp_path_, "write failed", errno);
-    p += n;
-    size -= static_cast<size_t>(n);
-    written_ += static_cast<uint64_t>(n);
-  }
+  const std::string_view piece(static_cast<const char*>(data), size);
+  write(std::span<const std::string_view>(&piece, 1));
 }
 
 void AtomicFileWriter::write(std::span<const std::string_view> pieces) {

@@ -84,7 +84,7 @@ class Incarnation {
 };
 
 // Byte buffers kept across rounds for a round's large files (contributions read and written,
-// reduced shards, their framed copies). A fresh 50 MB buffer costs ~12k page faults and their
+// reduced shards). A fresh 50 MB buffer costs ~12k page faults and their
 // zeroing, more than encoding it; a buffer kept from the last round costs neither, as long as
 // it is large enough: one that must grow is a fresh one. take(bytes) hands out the smallest
 // spare that holds `bytes`, else the largest grown to hold them with an eighth to spare; for a

@@ -48,8 +48,6 @@ inline constexpr size_t kMaxHeaderSize = 1 << 20;  // a header is small; more is
 // No file gradbox writes comes near this (GPT-2-Large's fp32 gradient is 3 GB, a LLaMA-7B's
 // 28 GB); a header that declares more is sound framing around an impossible claim.
 inline constexpr uint64_t kMaxPayloadSize = uint64_t{1} << 40;
-// Room for a framed file of this payload: headers are a few KB (a round's contributor list).
-inline constexpr size_t framed_size_hint(size_t payload_bytes) { return kPreambleSize + (64 << 10) + payload_bytes; }
 
 // What a reader can say about a file's bytes.
 enum class FileState {
