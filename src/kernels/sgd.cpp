@@ -18,4 +18,17 @@ void outer_nesterov_cpu(float* global, float* momentum_buffer, const float* delt
   }
 }
 
+void outer_nesterov_preview_cpu(const float* global, const float* momentum_buffer, const float* estimate, float* local,
+                                int64_t n, float lr, float momentum, bool nesterov) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float m = momentum * momentum_buffer[i] + estimate[i];
+    const float update = nesterov ? estimate[i] + momentum * m : m;
+    local[i] = global[i] - lr * update;
+  }
+}
+
+void scaled_add_cpu(const float* a, const float* b, float scale, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + scale * b[i];
+}
+
 }  // namespace gradbox::kernels

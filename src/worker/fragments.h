@@ -16,6 +16,17 @@ struct Fragment {
   int64_t numel = 0;
 };
 
+// f(begin of a range in the flat buffer, its length, its place in the fragment's concatenation),
+// for each of the fragment's ranges in order.
+template <typename F>
+void for_each_range(const Fragment& fragment, F&& f) {
+  int64_t at = 0;
+  for (const auto& [begin, end] : fragment.ranges) {
+    f(begin, end - begin, at);
+    at += end - begin;
+  }
+}
+
 // Layer l's parameters go to fragment l % F (a strided group of layers: each fragment spans the
 // depth of the model, and a layer's tensors stay together); the others (embeddings, final norm,
 // head) fill the fragments up to one level, largest first into the one with the most room,

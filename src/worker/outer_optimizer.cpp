@@ -8,16 +8,6 @@ namespace {
 
 Fragment whole(const torch::Tensor& t) { return Fragment{{{0, t.numel()}}, t.numel()}; }
 
-// f(range of the flat tensors, the same range's place in the fragment's concatenation).
-template <typename F>
-void for_each_range(const Fragment& fragment, F&& f) {
-  int64_t at = 0;
-  for (const auto& [begin, end] : fragment.ranges) {
-    f(begin, end - begin, at);
-    at += end - begin;
-  }
-}
-
 }  // namespace
 
 torch::Tensor gather_fragment(const torch::Tensor& flat, const Fragment& fragment) {
@@ -82,6 +72,28 @@ void OuterOptimizer::step(const torch::Tensor& average_delta, const Fragment& fr
 void OuterOptimizer::discard_round(torch::Tensor& params) const { discard_round(whole(params), params); }
 
 void OuterOptimizer::discard_round(const Fragment& fragment, torch::Tensor& params, const torch::Tensor* sent) const {
+  rebase(fragment, params, sent);
+}
+
+void OuterOptimizer::preview(const torch::Tensor& estimate, const Fragment& fragment, torch::Tensor& params) const {
+  torch::NoGradGuard no_grad;
+  GB_CHECK(estimate.numel() == fragment.numel, "outer step preview: ", estimate.numel(), " values for ",
+           fragment.numel, " parameters");
+  for_each_range(fragment, [&](int64_t begin, int64_t n, int64_t at) {
+    if (global_.is_cpu()) {
+      kernels::outer_nesterov_preview_cpu(global_.data_ptr<float>() + begin, momentum_.data_ptr<float>() + begin,
+                                          estimate.data_ptr<float>() + at, params.data_ptr<float>() + begin, n,
+                                          static_cast<float>(hyper_.lr), static_cast<float>(hyper_.momentum),
+                                          hyper_.nesterov);
+    } else {
+      const torch::Tensor e = estimate.narrow(0, at, n).to(global_.device());
+      const torch::Tensor m = momentum_.narrow(0, begin, n) * hyper_.momentum + e;
+      params.narrow(0, begin, n).copy_(global_.narrow(0, begin, n) - hyper_.lr * (hyper_.nesterov ? e + hyper_.momentum * m : m));
+    }
+  });
+}
+
+void OuterOptimizer::rebase(const Fragment& fragment, torch::Tensor& params, const torch::Tensor* sent) const {
   torch::NoGradGuard no_grad;
   for_each_range(fragment, [&](int64_t begin, int64_t n, int64_t at) {
     torch::Tensor local = params.narrow(0, begin, n);

@@ -8,6 +8,7 @@
 
 #include "worker/flat_parameters.h"
 #include "worker/optimizer.h"
+#include "worker/eager_outer.h"
 #include "worker/outer_optimizer.h"
 
 namespace gradbox::worker {
@@ -193,6 +194,64 @@ TEST(Fragments, AnOuterStepOnAFragmentLeavesTheOthersAndKeepsLaterLocalSteps) {
   EXPECT_TRUE(torch::allclose(params, expected)) << params;
   const torch::Tensor global = torch::tensor({0.0f, 0.5f, 1.5f, 3.0f, 4.0f, 5.0f, 5.5f, 6.5f});
   EXPECT_TRUE(torch::allclose(outer.global(), global)) << outer.global();
+}
+
+// Note [Eager outer steps]: the preview is the step's θ_g without the step, bit for bit, over a
+// fragment of two ranges, and leaves θ_g, the momentum and the elements outside the fragment.
+TEST(EagerOuter, APreviewIsTheOuterStepOnACopyAndChangesNothingElse) {
+  const int64_t n = 1001;
+  const Fragment fragment{{{3, 400}, {700, 1001}}, 698};
+  for (const bool nesterov : {true, false}) {
+    const torch::Tensor start = random_vector(n, 4);
+    OuterOptimizer outer(start, OuterHyper{0.7, 0.9, nesterov}), twin(start, OuterHyper{0.7, 0.9, nesterov});
+    // A round first, so that the momentum is not zero.
+    torch::Tensor delta, params = start - 0.01 * random_vector(n, 5);
+    outer.pseudo_gradient(params, fragment, delta);
+    torch::Tensor twin_params = params.clone();
+    outer.step(delta, fragment, params);
+    twin.step(delta, fragment, twin_params);
+    const torch::Tensor global = outer.global().clone(), momentum = outer.momentum().clone();
+    const torch::Tensor estimate = 0.02 * random_vector(fragment.numel, 6);
+    torch::Tensor previewed = params + 1.0;  // elements outside the fragment must keep this
+    outer.preview(estimate, fragment, previewed);
+    EXPECT_TRUE(torch::equal(outer.global(), global));
+    EXPECT_TRUE(torch::equal(outer.momentum(), momentum));
+    torch::Tensor stepped = params + 1.0;
+    twin.step(estimate, fragment, stepped);
+    EXPECT_TRUE(torch::equal(previewed, stepped)) << "nesterov " << nesterov;
+    EXPECT_EQ(previewed[0].item<float>(), params[0].item<float>() + 1.0f);
+    EXPECT_EQ(previewed[500].item<float>(), params[500].item<float>() + 1.0f);
+  }
+}
+
+// The estimate is the others' share of the last agreed average plus this worker's fresh Δ at its
+// share of the tokens: exact on values whose arithmetic is exact, per fragment, and nothing
+// before a fragment's first agreed round.
+TEST(EagerOuter, TheEstimateSwapsThisWorkersStaleShareForItsFreshOne) {
+  const Fragment first{{{0, 2}}, 2}, second{{{2, 4}}, 2};
+  EagerOuter eager(4, 2);
+  torch::Tensor estimate;
+  const torch::Tensor mine = torch::tensor({4.0f, 8.0f, -4.0f, 2.0f});
+  EXPECT_FALSE(eager.estimate(0, first, mine.narrow(0, 0, 2).contiguous(), 10, estimate));
+  // Fragment 0's round: an average of 1s over 40 tokens, 10 of them this worker's Δ = mine:
+  // the others' share is 1 - 10/40 * mine.
+  eager.learn(0, first, torch::ones({2}), mine.narrow(0, 0, 2).contiguous(), 10, 40);
+  EXPECT_EQ(eager.others_tokens()[0], 30);
+  EXPECT_EQ(eager.others_tokens()[1], -1);
+  EXPECT_FALSE(eager.estimate(1, second, mine.narrow(0, 2, 2).contiguous(), 10, estimate));
+  // Next round: a fresh Δ of 2s over 30 tokens: share 30 / (30 + 30) = 1/2.
+  ASSERT_TRUE(eager.estimate(0, first, torch::full({2}, 2.0f), 30, estimate));
+  EXPECT_TRUE(torch::equal(estimate, torch::tensor({1.0f, 0.0f}))) << estimate;
+  // A round this worker was not in: all of the average is the others'.
+  eager.learn(0, first, torch::full({2}, 3.0f), torch::Tensor(), 0, 50);
+  ASSERT_TRUE(eager.estimate(0, first, torch::full({2}, 8.0f), 50, estimate));
+  EXPECT_TRUE(torch::equal(estimate, torch::full({2}, 3.0f + 4.0f)));
+  // One worker alone (the others had no tokens): the estimate is its own Δ.
+  eager.learn(1, second, mine.narrow(0, 2, 2).contiguous(), mine.narrow(0, 2, 2).contiguous(), 10, 10);
+  ASSERT_TRUE(eager.estimate(1, second, torch::full({2}, 5.0f), 7, estimate));
+  EXPECT_TRUE(torch::equal(estimate, torch::full({2}, 5.0f)));
+  eager.forget();
+  EXPECT_FALSE(eager.estimate(0, first, torch::ones({2}), 1, estimate));
 }
 
 }  // namespace
