@@ -424,7 +424,7 @@ void group_train_flags(CLI::App* cmd) {
                              "--c10d-group", "--c10d-group-peers", "--c10d-store"}},
       {"Synchronisation: per-step gradients or DiLoCo rounds",
        {"--sync", "--inner-steps", "--outer-lr", "--inner-lr-scale", "--outer-momentum", "--sync-warmup-steps",
-        "--round-seconds", "--fragments", "--overlap-steps", "--partial-every"}},
+        "--round-seconds", "--fragments", "--overlap-steps", "--late-outer-step", "--partial-every"}},
       {"Elastic runs: deadlines, failover, folder checkpoints",
        {"--contribution-timeout", "--deadline-floor", "--deadline-k", "--heartbeat-interval", "--stale-after",
         "--checkpoint-failover", "--keep-folder-checkpoints", "--checkpoint-part-bytes", "--failover-timeout",
@@ -568,6 +568,11 @@ void add_train_command(CLI::App& app) {
   flags->add("--overlap-steps", &worker::TrainConfig::overlap_steps,
              "Streaming DiLoCo: inner steps a fragment's exchange runs behind before its outer step is merged; "
              "with --round-seconds, each round is sent when its box closes and merged once agreed");
+  flags->add_parsed<worker::LateOuterStep>(
+      "--late-outer-step", &worker::TrainConfig::late_outer_step, "delayed", worker::parse_late_outer_step,
+      "DiLoCo with --overlap-steps: the overlapped steps start from this worker's own parameters (delayed), or from "
+      "the outer step previewed on an estimate of the round's average, the last agreed one with this worker's fresh "
+      "delta swapped in (eager: measured worse, see Note [Eager outer steps]); the agreed step replaces either");
   flags->add("--partial-every", &worker::TrainConfig::partial_every,
              "Overlapped time-boxed DiLoCo: publish the round's delta so far every this many inner steps, so that a "
              "session dying mid-round still contributes its steps (0: off)");

@@ -82,6 +82,7 @@ fs::path save_checkpoint(const fs::path& run_dir, const CheckpointState& state, 
   if (outer) {
     optimizer.emplace_back("outer.global", outer->global.cpu());
     optimizer.emplace_back("outer.momentum", outer->momentum.cpu());
+    if (outer->eager_others.defined()) optimizer.emplace_back("outer.eager_others", outer->eager_others.cpu());
   }
   if (torch::cuda::is_available())
     for (int64_t i = 0; i < static_cast<int64_t>(torch::cuda::device_count()); ++i)
@@ -104,9 +105,11 @@ fs::path save_checkpoint(const fs::path& run_dir, const CheckpointState& state, 
     if (values.size() == 1) return values[0];
     return values;
   };
-  if (outer)
+  if (outer) {
     state_json["outer"] = {{"round_tokens", one_or_all(outer->round_tokens)},
                            {"round_loss_sum", one_or_all(outer->round_loss_sum)}};
+    if (outer->eager_others.defined()) state_json["outer"]["eager_tokens"] = outer->eager_tokens;
+  }
   write_file_atomic(temp_dir / "state.json", state_json.dump(2));
 
   nlohmann::json files = nlohmann::json::object();
@@ -211,6 +214,8 @@ CheckpointData load_checkpoint(const fs::path& run_or_checkpoint) {
       };
       values("round_tokens", outer.round_tokens);
       values("round_loss_sum", outer.round_loss_sum);
+      if (state.at("outer").contains("eager_tokens"))
+        outer.eager_tokens = state.at("outer").at("eager_tokens").get<std::vector<int64_t>>();
     }
   } catch (const nlohmann::json::exception& e) {
     throw InputError(str(state_path.string(), ": ", e.what()));
@@ -231,6 +236,11 @@ CheckpointData load_checkpoint(const fs::path& run_or_checkpoint) {
       GB_REQUIRE(optimizer.count(key), optimizer_path.string(), ": missing tensor '", key, "' (state.json says outer)");
     data.outer->global = optimizer["outer.global"];
     data.outer->momentum = optimizer["outer.momentum"];
+    if (!data.outer->eager_tokens.empty()) {
+      GB_REQUIRE(optimizer.count("outer.eager_others"), optimizer_path.string(),
+                 ": missing tensor 'outer.eager_others' (state.json says eager_tokens)");
+      data.outer->eager_others = optimizer["outer.eager_others"];
+    }
   }
   return data;
 }

@@ -180,9 +180,15 @@ Trainer::LocalGradient Trainer::emulated_inner_step(double lr) {
     to.copy_(from);
   };
   if (replicas_.empty())  // every worker starts the first round from the same state
-    for (size_t i = 0; i < emulated_.size(); ++i)
-      replicas_.push_back({flat_->params().clone(), optimizer_->exp_avg().clone(), optimizer_->exp_avg_sq().clone(),
-                           optimizer_->step_count(), 0});
+    for (size_t i = 0; i < emulated_.size(); ++i) {
+      EmulatedReplica& r = replicas_.emplace_back();
+      r.params = flat_->params().clone();
+      r.exp_avg = optimizer_->exp_avg().clone();
+      r.exp_avg_sq = optimizer_->exp_avg_sq().clone();
+      r.optimizer_step = optimizer_->step_count();
+      r.round_tokens.assign(fragments_.size(), 0);
+      if (eager_) r.eager.emplace(flat_->numel(), fragments_.size());
+    }
   LocalGradient total{0.0, 0};
   for (size_t i = 0; i < emulated_.size(); ++i) {
     EmulatedReplica& r = replicas_[i];
@@ -197,7 +203,7 @@ Trainer::LocalGradient Trainer::emulated_inner_step(double lr) {
     copy(r.exp_avg, optimizer_->exp_avg());
     copy(r.exp_avg_sq, optimizer_->exp_avg_sq());
     r.optimizer_step = optimizer_->step_count();
-    r.round_tokens += static_cast<int64_t>(g.tokens);
+    for (int64_t& tokens : r.round_tokens) tokens += static_cast<int64_t>(g.tokens);
     total.loss += g.loss * static_cast<double>(g.tokens);
     total.tokens += g.tokens;
   }
@@ -207,19 +213,34 @@ Trainer::LocalGradient Trainer::emulated_inner_step(double lr) {
 
 // The exchange's arithmetic (exchange::TokenWeightedSum over the replicas' deltas), so that an
 // fp32 cluster run reproduces the emulation bit for bit.
-void Trainer::emulated_average(torch::Tensor& delta, exchange::RoundResult& result) {
+void Trainer::emulated_average(torch::Tensor& delta, exchange::RoundResult& result, size_t fragment,
+                               bool in_background) {
   std::vector<torch::Tensor> deltas(replicas_.size());
   exchange::TokenWeightedSum average;
   for (size_t i = 0; i < replicas_.size(); ++i) {
-    outer_->pseudo_gradient(replicas_[i].params.cpu(), deltas[i]);
-    average.add(emulated_[i].name, static_cast<uint64_t>(replicas_[i].round_tokens),
-                exchange::TokenWeightedSum::floats(deltas[i].data_ptr<float>()));
-    result.tokens += static_cast<uint64_t>(replicas_[i].round_tokens);
-    replicas_[i].round_tokens = 0;
+    EmulatedReplica& r = replicas_[i];
+    outer_->pseudo_gradient(r.params.cpu(), fragments_[fragment], deltas[i]);
+    const auto tokens = static_cast<uint64_t>(r.round_tokens[fragment]);
+    average.add(emulated_[i].name, tokens, exchange::TokenWeightedSum::floats(deltas[i].data_ptr<float>()));
+    result.tokens += tokens;
+    r.round_tokens[fragment] = 0;
+    if (in_background) {  // each replica as a cluster's worker at outer_round
+      r.own_delta = deltas[i];
+      r.own_tokens = tokens;
+      preview_eager_step(r.eager ? &*r.eager : nullptr, fragment, r.own_delta, tokens, r.params);
+      r.sent = gather_fragment(r.params, fragments_[fragment]);
+    }
   }
   result.contributors = static_cast<int>(replicas_.size());
-  if (!delta.defined() || delta.numel() != flat_->numel()) delta = torch::empty({flat_->numel()}, torch::kFloat32);
+  const int64_t n = fragments_[fragment].numel;
+  if (!delta.defined() || delta.numel() != n) delta = torch::empty({n}, torch::kFloat32);
   average.sum_into(delta.data_ptr<float>(), static_cast<size_t>(delta.numel()));
+}
+
+void Trainer::preview_eager_step(EagerOuter* eager, size_t fragment, const torch::Tensor& own_delta, uint64_t tokens,
+                                 torch::Tensor& params) {
+  if (eager && eager->estimate(fragment, fragments_[fragment], own_delta, tokens, eager_estimate_))
+    outer_->preview(eager_estimate_, fragments_[fragment], params);
 }
 
 void Trainer::outer_round(uint64_t round, size_t fragment, bool in_background) {
@@ -236,16 +257,21 @@ void Trainer::outer_round(uint64_t round, size_t fragment, bool in_background) {
   r.loss = tokens > 0 ? round_loss_sum_[fragment] / static_cast<double>(tokens) : r.ready.loss;
   r.ready.loss = r.loss;
   if (!emulated_.empty()) {
-    emulated_average(delta_, r.ready);
+    emulated_average(delta_, r.ready, fragment, in_background);
   } else {
     outer_->pseudo_gradient(flat_->params(), fragments_[fragment], delta_);
+    const bool overflow = !std::isfinite(delta_.norm().item<double>());
     if (in_background) {
-      // The fragment's parameters as its Δ goes out: the steps taken after it are kept (Note
-      // [Streaming fragments]).
+      r.own_tokens = static_cast<uint64_t>(tokens);
+      if (eager_ && !overflow) {
+        r.own_delta = delta_.clone();  // delta_ becomes the average
+        preview_eager_step(&*eager_, fragment, r.own_delta, r.own_tokens, flat_->params());
+      }
+      // The fragment's parameters as its Δ goes out (or as the eager rule moved them): the steps
+      // taken after it are kept (Note [Streaming fragments]).
       r.sent = gather_fragment(flat_->params(), fragments_[fragment]);
     }
     if (exchange_) {
-      const bool overflow = !std::isfinite(delta_.norm().item<double>());
       const exchange::LocalContribution mine{static_cast<uint64_t>(tokens), r.loss, overflow,
                                              static_cast<uint32_t>(fragment)};
       if (in_background) {
@@ -294,9 +320,28 @@ void Trainer::apply_fragment_round() {
   } else {
     outer_->step(delta_, fragment, flat_->params(), sent);
   }
-  for (EmulatedReplica& e : replicas_) {
+  if (!replicas_.empty()) {
+    // The emulation's workers each merge as a cluster's worker does in step() above; flat_ then
+    // holds the first one's parameters, as a cluster's first worker evaluates its own.
+    for (EmulatedReplica& e : replicas_) {
+      outer_->rebase(fragment, e.params, e.sent.defined() ? &e.sent : nullptr);
+      if (e.eager && !skip && e.own_delta.defined())
+        e.eager->learn(r.fragment, fragment, delta_, e.own_delta, e.own_tokens, result.tokens);
+      e.sent = torch::Tensor();
+      e.own_delta = torch::Tensor();
+    }
     torch::NoGradGuard no_grad;
-    e.params.copy_(flat_->params());
+    flat_->params().copy_(replicas_[0].params);
+  } else if (eager_ && !skip && r.own_delta.defined()) {
+    // This worker's share of the average: what the agreement names (a partial Δ of its stood in
+    // for it: its tokens, with the whole Δ as the nearest known), else all of its tokens.
+    uint64_t own = r.own_tokens;
+    if (!result.contributions.empty()) {
+      own = 0;
+      for (const exchange::AgreedContribution& c : result.contributions)
+        if (c.worker == config_.worker) own = std::min(c.tokens, result.tokens);
+    }
+    eager_->learn(r.fragment, fragment, delta_, r.own_delta, own, result.tokens);
   }
   round_ = static_cast<int64_t>(r.round);
   const std::string part = fragments_.size() > 1 ? str(" fragment ", r.fragment, ":") : "";

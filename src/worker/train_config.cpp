@@ -42,6 +42,14 @@ MomentStorage parse_moments(const std::string& name) {
   throw InputError(str("--moments: unknown storage '", name, "' (fp32, int8)"));
 }
 
+std::string to_string(LateOuterStep rule) { return rule == LateOuterStep::delayed ? "delayed" : "eager"; }
+
+LateOuterStep parse_late_outer_step(const std::string& name) {
+  if (name == "eager") return LateOuterStep::eager;
+  if (name == "delayed") return LateOuterStep::delayed;
+  throw InputError(str("--late-outer-step: unknown rule '", name, "' (eager, delayed)"));
+}
+
 SyncMode parse_sync(const std::string& name) {
   if (name == "gradient") return SyncMode::gradient;
   if (name == "diloco") return SyncMode::diloco;
@@ -131,7 +139,6 @@ void TrainConfig::validate() const {
                ": must be less than --inner-steps / --fragments = ", inner_steps / fragments,
                " (one fragment's round in flight at a time)");
     GB_REQUIRE(round_seconds == 0 || fragments == 1, "--round-seconds: not with --fragments");
-    GB_REQUIRE(emulate_workers.empty(), "--emulate-workers: not with --fragments or --overlap-steps");
   }
   GB_REQUIRE(std::isfinite(round_seconds) && round_seconds >= 0, "--round-seconds: must be >= 0, got ", round_seconds);
   if (round_seconds > 0) {
@@ -240,6 +247,7 @@ nlohmann::json TrainConfig::to_json() const {
       {"round_seconds", round_seconds},
       {"fragments", fragments},
       {"overlap_steps", overlap_steps},
+      {"late_outer_step", to_string(late_outer_step)},
       {"partial_every", partial_every},
   };
 }
@@ -309,6 +317,7 @@ TrainConfig TrainConfig::from_json(const nlohmann::json& j, const std::string& w
   get("round_seconds", c.round_seconds);
   get("fragments", c.fragments);
   get("overlap_steps", c.overlap_steps);
+  if (j.contains("late_outer_step")) { get("late_outer_step", text); c.late_outer_step = parse_late_outer_step(text); }
   get("partial_every", c.partial_every);
   return c;
 }

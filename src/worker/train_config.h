@@ -18,6 +18,8 @@ enum class SyncMode { gradient, diloco };
 enum class Precision { auto_select, fp32, bf16, fp16 };
 // How AdamW keeps its moments: fp32, or 8 bits a value (Note [8-bit moments] in kernels/adamw_q8.h).
 enum class MomentStorage { fp32, int8 };
+// How a DiLoCo outer step applied late (--overlap-steps) is bridged (Note [Eager outer steps]).
+enum class LateOuterStep { eager, delayed };
 
 struct TrainConfig {
   // What to train on and where to write.
@@ -102,6 +104,9 @@ struct TrainConfig {
   // steps compute, and its outer step is merged into the weights then.
   int64_t fragments = 1;
   int64_t overlap_steps = 0;
+  // The overlapped steps start from the worker's own parameters (delayed), or from the outer
+  // step previewed on an estimate of the average (eager: measured worse, opt-in). Local to a worker.
+  LateOuterStep late_outer_step = LateOuterStep::delayed;
   // > 0, with overlapped time-boxed rounds: the Δ so far goes into the folder every this many
   // inner steps, so a session that dies mid-round still contributes its steps (Note [Partial
   // deltas] in exchange/folder_exchange.h).
@@ -131,6 +136,8 @@ OptimizerKind parse_optimizer(const std::string& name);  // InputError naming --
 Precision parse_precision(const std::string& name);      // InputError naming --precision
 std::string to_string(MomentStorage storage);
 MomentStorage parse_moments(const std::string& name);    // InputError naming --moments
+std::string to_string(LateOuterStep rule);
+LateOuterStep parse_late_outer_step(const std::string& name);  // InputError naming --late-outer-step
 // "30,31" -> {30, 31}; "" -> {}. InputError naming --inject-spike-steps.
 std::vector<int64_t> parse_step_list(const std::string& text);
 

@@ -124,6 +124,8 @@ Trainer::Trainer(TrainConfig config) : config_(std::move(config)) {
     fragments_ = partition_fragments(flat_->segments(), config_.fragments);
     round_tokens_.assign(fragments_.size(), 0);
     round_loss_sum_.assign(fragments_.size(), 0.0);
+    if (config_.overlap_steps > 0 && config_.late_outer_step == LateOuterStep::eager)
+      eager_.emplace(flat_->numel(), fragments_.size());
     if (fragments_.size() > 1) {
       std::string sizes;
       for (const Fragment& f : fragments_) sizes += str(sizes.empty() ? "" : ", ", f.numel);
@@ -192,6 +194,18 @@ void Trainer::restore(const std::filesystem::path& dir, const model::ModelConfig
     }
     round_inner_steps_ = 0;
     round_box_of_ = 0;  // a resumed round opens a new box
+    if (eager_) {
+      eager_->forget();
+      const bool kept = ckpt.outer && ckpt.outer->eager_others.defined() && ckpt.outer->eager_tokens.size() == fragments;
+      if (kept) {
+        const torch::Tensor& others = ckpt.outer->eager_others;
+        GB_REQUIRE(others.scalar_type() == torch::kFloat32 && others.numel() == flat_->numel(), dir.string(),
+                   ": tensor 'outer.eager_others' holds ", others.numel(), " values of ", others.scalar_type(),
+                   "; the model has ", flat_->numel(), " fp32 parameters");
+        eager_->others().copy_(others.reshape({-1}));
+        eager_->others_tokens() = ckpt.outer->eager_tokens;
+      }
+    }
   }
   restore_rng(ckpt);  // last: model construction above consumed random numbers
   pending_controls_.clear();
@@ -525,6 +539,7 @@ void Trainer::adopt_fetched(const std::filesystem::path& dir) {
     flat_->params().copy_(outer_->global());
     std::fill(round_tokens_.begin(), round_tokens_.end(), 0);
     std::fill(round_loss_sum_.begin(), round_loss_sum_.end(), 0.0);
+    if (eager_) eager_->forget();  // another worker's view of the others
   }
   // Local checkpoints past the agreed state hold the abandoned one: a restart must not resume
   // them. The fetched folder is named by its rounds; it becomes this step's checkpoint.
@@ -545,7 +560,17 @@ std::filesystem::path Trainer::checkpoint() {
   state.control = nlohmann::json::parse(control_json_);
   if (spike_guard_.enabled()) state.spike_guard = spike_guard_.to_json();
   std::optional<OuterState> outer;
-  if (outer_) outer = OuterState{outer_->global(), outer_->momentum(), round_tokens_, round_loss_sum_};
+  if (outer_) {
+    outer.emplace();
+    outer->global = outer_->global();
+    outer->momentum = outer_->momentum();
+    outer->round_tokens = round_tokens_;
+    outer->round_loss_sum = round_loss_sum_;
+    if (eager_) {
+      outer->eager_others = eager_->others();
+      outer->eager_tokens = eager_->others_tokens();
+    }
+  }
   std::filesystem::path dir =
       save_checkpoint(config_.out_dir, state, *flat_, optimizer_->moment_tensors(), outer ? &*outer : nullptr);
   prune_checkpoints(config_.out_dir, config_.keep_checkpoints);

@@ -183,6 +183,41 @@ TEST_F(DilocoTest, ThreeWorkersFp32MatchOneProcessEmulatingThemBitForBit) {
   EXPECT_LT(losses.back()["round_loss"].get<double>(), losses.front()["round_loss"].get<double>() - 0.3);
 }
 
+// Outer steps applied late (overlapped rounds, and streaming fragments overlapped by a step),
+// with the delayed rule and with the eager one (Note [Eager outer steps]), through the faulty
+// simulated folder: every replica and the one process emulating them end on the same bytes, θ_g
+// and momentum included; the two rules end on different ones, and only the eager one keeps its
+// view of the others in the checkpoint.
+TEST_F(DilocoTest, LateOuterStepsMatchOneProcessEmulatingThemBitForBit) {
+  const std::vector<std::pair<std::string, std::vector<std::string>>> modes = {
+      {"overlap", {"--inner-steps", "5", "--overlap-steps", "3"}},
+      {"fragments", {"--inner-steps", "4", "--fragments", "2", "--overlap-steps", "1"}}};
+  for (const auto& [name, mode] : modes) {
+    std::map<std::string, std::string> models;
+    for (const std::string rule : {"delayed", "eager"}) {
+      const fs::path base = dir("diloco_late_" + name + "_" + rule);
+      std::vector<std::string> flags = {"--sync", "diloco", "--codec", "fp32", "--deadline-floor", "30",
+                                        "--late-outer-step", rule};
+      flags.insert(flags.end(), mode.begin(), mode.end());
+      run_cluster(base, flags);
+      const fs::path ref = final_checkpoint(emulate(base, flags));
+      const std::string model = read_bytes(ref / "model.safetensors");
+      ASSERT_FALSE(model.empty()) << name << " " << rule;
+      models[rule] = model;
+      for (const Worker& w : kWorkers) {
+        const fs::path mine = final_checkpoint(base / w.name);
+        EXPECT_EQ(read_bytes(mine / "model.safetensors"), model) << name << " " << rule << " " << w.name;
+        for (const char* key : {"outer.momentum", "outer.global"})
+          EXPECT_EQ(tensor_bytes(mine / "optimizer.safetensors", key), tensor_bytes(ref / "optimizer.safetensors", key))
+              << name << " " << rule << " " << w.name << " " << key;
+        for (const nlohmann::json& r : records(base / w.name, "round")) EXPECT_EQ(r["contributors"], 3) << r.dump();
+      }
+      EXPECT_EQ(tensor_bytes(ref / "optimizer.safetensors", "outer.eager_others").empty(), rule == "delayed") << name;
+    }
+    EXPECT_NE(models["delayed"], models["eager"]) << name << ": the eager rule changed nothing";
+  }
+}
+
 // int8 (sharded: quantised twice, contributions and reduced shards) and int4 (all-gather) with
 // error feedback: the replicas stay byte-identical, and the run stays near the exact fp32 one.
 // Stated tolerances: the round losses within 0.02 and the parameters within 2% (relative L2).
@@ -271,7 +306,8 @@ TEST_F(DilocoTest, BadRoundFlagsAreNamed) {
            {"--sync", "local-sgd", "--sync: unknown mode 'local-sgd'"},
            {"--inner-steps", "0", "--inner-steps: must be >= 1"},
            {"--outer-momentum", "1", "--outer-momentum: must be in [0, 1)"},
-           {"--outer-lr", "0", "--outer-lr: must be > 0"}}) {
+           {"--outer-lr", "0", "--outer-lr: must be > 0"},
+           {"--late-outer-step", "early", "--late-outer-step: unknown rule 'early' (eager, delayed)"}}) {
     const ProcessResult r = run_process(tiny(base / "run", {"--sync", "diloco", flag, value}));
     EXPECT_EQ(r.exit_code, 2) << r.output;
     EXPECT_TRUE(contains(r.output, text)) << r.output;

@@ -76,6 +76,39 @@ TEST_F(CheckpointTest, RoundTripRestoresEverything) {
   (void)rng_before;
 }
 
+// DiLoCo's outer state round-trips, the eager rule's share of the others included (Note [Eager
+// outer steps]); without the rule the checkpoint has none.
+TEST_F(CheckpointTest, TheOuterStateAndTheEagerRulesViewRoundTrip) {
+  CheckpointState state;
+  state.step = 3;
+  state.model_config = {{"arch", "test"}};
+  state.train_config = nlohmann::json::object();
+  const torch::Tensor m = torch::zeros_like(flat_->params());
+  OuterState outer;
+  outer.global = flat_->params().clone() + 1;
+  outer.momentum = flat_->params().clone() * 2;
+  outer.round_tokens = {5, 7};
+  outer.round_loss_sum = {1.5, 2.5};
+  outer.eager_others = torch::arange(flat_->numel(), torch::kFloat32);
+  outer.eager_tokens = {-1, 96};
+  save_checkpoint(run_, state, *flat_, {{"exp_avg", m}, {"exp_avg_sq", m}}, &outer);
+  CheckpointData data = load_checkpoint(run_);
+  ASSERT_TRUE(data.outer.has_value());
+  EXPECT_TRUE(torch::equal(data.outer->global, outer.global));
+  EXPECT_TRUE(torch::equal(data.outer->momentum, outer.momentum));
+  EXPECT_EQ(data.outer->round_tokens, outer.round_tokens);
+  EXPECT_TRUE(torch::equal(data.outer->eager_others, outer.eager_others));
+  EXPECT_EQ(data.outer->eager_tokens, outer.eager_tokens);
+
+  outer.eager_others = torch::Tensor();
+  state.step = 4;
+  save_checkpoint(run_, state, *flat_, {{"exp_avg", m}, {"exp_avg_sq", m}}, &outer);
+  data = load_checkpoint(run_);
+  ASSERT_TRUE(data.outer.has_value());
+  EXPECT_FALSE(data.outer->eager_others.defined());
+  EXPECT_TRUE(data.outer->eager_tokens.empty());
+}
+
 TEST_F(CheckpointTest, FlippedByteIsNamedAndSkipped) {
   save(1);
   const fs::path newest = save(2);
