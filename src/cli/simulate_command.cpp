@@ -11,6 +11,8 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "sim/projection.h"
+#include "sim/token_efficiency.h"
+#include "worker/train_config.h"
 
 namespace gradbox::cli {
 namespace {
@@ -77,6 +79,8 @@ struct Options {
   bool overlap = false;
   bool worker_logs = false;
   double upload_cap_gb = 750;
+  int inner_steps = 0;            // 0: 1 per step, `gradbox train`'s default with DiLoCo
+  double token_efficiency = 0;    // 0: 1 per step, Note [Token efficiency]'s estimate with DiLoCo
   sim::ProjectionConfig config;
 };
 
@@ -104,6 +108,10 @@ void run(const Options& o) {
   else if (o.mode == "per-step-sharded") c.mode = sim::ProjectedMode::per_step_sharded;
   else if (o.mode == "diloco") c.mode = sim::ProjectedMode::diloco;
   else throw InputError(str("--mode: unknown '", o.mode, "' (per-step, per-step-sharded, diloco)"));
+  const bool diloco = c.mode == sim::ProjectedMode::diloco;
+  c.inner_steps = o.inner_steps > 0 ? o.inner_steps : diloco ? static_cast<int>(worker::TrainConfig{}.inner_steps) : 1;
+  GB_REQUIRE(o.token_efficiency >= 0 && o.token_efficiency <= 1.5, "--token-efficiency: must be in (0, 1.5], got ",
+             o.token_efficiency);
   if (o.overlap) {
     GB_REQUIRE(c.mode != sim::ProjectedMode::diloco, "--overlap: per-step modes only (DiLoCo: --overlap-steps)");
     c.overlap_steps = 1;
@@ -131,14 +139,31 @@ void run(const Options& o) {
               c.session_mean_hours > 0 ? str("live ", c.session_mean_hours, " h on average (at most ", c.session_cap_hours,
                                              " h), ", c.setup_minutes, " min to set up").c_str()
                                        : "never die");
-  std::printf("%7s %10s %13s %12s %9s %11s %10s %14s %7s %6s %8s\n", "workers", "s/round", "contributors",
-              "tokens/s", "speed-up", "utilisation", "up GB/day", "(rounds' files)", "deaths", "joins", "hours");
+  std::printf("speed-up: over one worker that only computes (a session that never dies, sets up or waits); "
+              "to loss: the speed-up in time to the loss one worker reaches in the same hours, the speed-up times the "
+              "mode's token efficiency (%s)\n",
+              o.token_efficiency > 0 ? "given"
+              : diloco ? "DiLoCo's from-scratch loss gap at this size and worker count, from the DiLoCo scaling-laws "
+                         "paper's size trend, with overlap's measured extra, in tokens by Chinchilla's law: Note [Token "
+                         "efficiency]"
+                       : "1: per-step averaging is exact data parallelism");
+  std::printf("%7s %10s %13s %12s %9s %10s %8s %11s %10s %14s %7s %6s %8s\n", "workers", "s/round", "contributors",
+              "tokens/s", "speed-up", "token eff.", "to loss", "utilisation", "up GB/day", "(rounds' files)", "deaths",
+              "joins", "hours");
   for (int workers : worker_counts) {
     c.workers = workers;
+    const double efficiency = o.token_efficiency > 0 ? o.token_efficiency
+                              : diloco ? sim::token_efficiency_from_gap(
+                                             static_cast<double>(c.model_parameters),
+                                             sim::overlapped_loss_gap(
+                                                 sim::diloco_loss_gap(static_cast<double>(c.model_parameters), workers),
+                                                 c.overlap_steps, c.inner_steps))
+                                       : 1.0;
     const sim::Projection p = sim::project(c);
     for (const std::string& f : p.failures) std::fprintf(stderr, "simulate: a simulated process failed: %s\n", f.c_str());
-    std::printf("%7d %10.1f %13.2f %12.0f %8.2fx %10.0f%% %10.1f %14.1f %7d %6d %8.1f\n", workers, p.seconds_per_round,
-                p.mean_contributors, p.cluster_tokens_per_s, p.speedup, 100 * p.utilisation, p.upload_gb_per_worker_day,
+    std::printf("%7d %10.1f %13.2f %12.0f %8.2fx %10.2f %7.2fx %10.0f%% %10.1f %14.1f %7d %6d %8.1f\n", workers,
+                p.seconds_per_round, p.mean_contributors, p.cluster_tokens_per_s, p.speedup, efficiency,
+                p.speedup * efficiency, 100 * p.utilisation, p.upload_gb_per_worker_day,
                 p.round_upload_gb_per_worker_day, p.deaths, p.joins, p.virtual_hours);
     const sim::Projection::TimeShares& t = p.time;
     std::printf("%7s time: %.1f%% in averages, %.1f%% lost with dying sessions, %.1f%% left out, %.1f%% set-up, "
@@ -173,7 +198,11 @@ void add_simulate_command(CLI::App& app) {
   cmd->add_option("--overlap-steps", o->config.overlap_steps,
                   "DiLoCo: inner steps that compute while a round's exchange runs (< --inner-steps)")
       ->capture_default_str();
-  cmd->add_option("--inner-steps", o->config.inner_steps, "DiLoCo: steps per round")->capture_default_str();
+  cmd->add_option("--inner-steps", o->inner_steps, "DiLoCo: steps per round (default: gradbox train's, 50)");
+  cmd->add_option("--token-efficiency", o->token_efficiency,
+                  "The mode's token efficiency: per-step's tokens for the loss the mode reaches over the mode's tokens "
+                  "(scripts/bench/quality_bench.sh measures it; default: 1 per step, with DiLoCo an estimate from the "
+                  "papers' size trend, Note [Token efficiency])");
   cmd->add_option("--round-seconds", o->config.round_seconds,
                   "DiLoCo: time-boxed rounds of this many seconds (joiners enter the round in progress); with "
                   "--overlap-steps, every box closes this long after the round before was agreed (gradbox's best mode)");
@@ -208,6 +237,13 @@ void add_simulate_command(CLI::App& app) {
   cmd->add_option("--hours", o->config.hours, "Hours of one worker's compute to project")->capture_default_str();
   cmd->add_option("--seed", o->config.seed, "Seed of the lags and the sessions' lives")->capture_default_str();
   cmd->add_flag("--worker-logs", o->worker_logs, "Keep the simulated workers' logs (at --log-level); else errors only");
+  cmd->footer(
+      "Columns: s/round, the mean virtual seconds between agreed rounds; contributors, the mean over rounds of the "
+      "contributions a round's average counts (a dead or late worker is left out; partial deltas and late entrants "
+      "count too, so it can exceed the worker count); tokens/s, the cluster's tokens in agreed averages per second; speed-up, that "
+      "over one worker that only computes (an ideal session: never dies, sets up or waits), not over one free "
+      "session; token eff. and to loss, see --token-efficiency; hours, the virtual hours until the last round was "
+      "applied (--hours of one worker's compute, plus what waiting and dying sessions cost).");
   cmd->callback([o] { run(*o); });
 }
 

@@ -249,6 +249,43 @@ TEST_F(CliTest, SimulateProjectsAndNamesBadFlags) {
   EXPECT_GT(speedups[1].second, 1.5 * speedups[0].second) << ok.output;
   EXPECT_LT(speedups[1].second, 3.0) << ok.output;
 
+  // DiLoCo with train's default round length (no --inner-steps): the speed-up in time to a loss is
+  // the tokens/s speed-up times the mode's token efficiency, given or estimated (Note [Token
+  // efficiency]: below 1 for 4 workers at 124M parameters).
+  for (const std::string efficiency : {"", "0.5"}) {
+    argv = small;
+    argv.insert(argv.end(), {"--mode", "diloco", "--workers", "4"});
+    if (!efficiency.empty()) argv.insert(argv.end(), {"--token-efficiency", efficiency});
+    const ProcessResult diloco = run_process(argv);
+    ASSERT_EQ(diloco.exit_code, 0) << diloco.output;
+    EXPECT_TRUE(contains(diloco.output, "H=50")) << diloco.output;
+    EXPECT_TRUE(contains(diloco.output, "to loss")) << diloco.output;
+    std::istringstream lines(diloco.output);
+    int parsed = 0;
+    for (std::string line; std::getline(lines, line);) {
+      std::istringstream row(line);
+      int workers = 0;
+      double per_round = 0, contributors = 0, tokens = 0, speedup = 0, token_efficiency = 0, to_loss = 0;
+      char x = 0;
+      if (!(row >> workers >> per_round >> contributors >> tokens >> speedup >> x >> token_efficiency >> to_loss)) continue;
+      ++parsed;
+      EXPECT_EQ(workers, 4);
+      if (efficiency.empty()) {
+        EXPECT_GT(token_efficiency, 0.5) << line;
+        EXPECT_LT(token_efficiency, 1.0) << line;
+      } else {
+        EXPECT_EQ(token_efficiency, 0.5) << line;
+      }
+      EXPECT_NEAR(to_loss, speedup * token_efficiency, 0.011) << line;
+    }
+    EXPECT_EQ(parsed, 1) << diloco.output;
+  }
+  argv = small;
+  argv.insert(argv.end(), {"--token-efficiency", "2"});
+  const ProcessResult bad_efficiency = run_process(argv);
+  EXPECT_EQ(bad_efficiency.exit_code, 2);
+  EXPECT_TRUE(contains(bad_efficiency.output, "--token-efficiency")) << bad_efficiency.output;
+
   argv = small;
   argv.insert(argv.end(), {"--mode", "ring"});
   ProcessResult mode = run_process(argv);
