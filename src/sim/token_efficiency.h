@@ -8,16 +8,17 @@
 // trains per-step by definition; its own batch is taken as per-step's.)
 //
 // Nobody can train GPT-2-Large on these machines, so the efficiency at a projection's size
-// comes from two published fits, stated so that they can be checked and replaced:
+// comes from two published fits and one measurement, stated so that they can be checked and replaced:
 //   - DiLoCo's validation-loss gap to data-parallel training at equal tokens, from scratch, at
 //     20 tokens per parameter, H = 30 (the DiLoCo scaling-laws paper, arXiv 2503.09799, Table 4:
 //     35M 2 workers +0.7%, 4 +2.0%, 8 +3.9%; 180M +0.3%, +1.1%, +2.3%), as a power law in the
 //     parameters per worker count (exponents 0.52, 0.37, 0.32), interpolated in log2(workers).
 //     At gpt2-tiny's 366k parameters it predicts +10.6% for 4 workers; scripts/bench/
-//     quality_bench.sh measured +10.5% there (H = 30, kjv), so gradbox's DiLoCo follows the
-//     paper's size trend rather than falling short of it;
+//     quality_bench.sh measured +10.5% there (H = 30, kjv): at that size gradbox's DiLoCo is
+//     where the paper's trend puts it (at 159k and 847k it measured +11.2% and +9.4%, where the
+//     trend says +14.3% and +7.8%: its own slope is shallower);
 //   - the tokens per-step needs for a loss that much higher, from Chinchilla's fitted loss law
-//     L(N, D) = 1.69 + 406.4 / N^0.34 + 410.7 / D^0.28 (Hoffmann et al. 2022) at D = 20 N.
+//     L(N, D) = 1.69 + 406.4 / N^0.34 + 410.7 / D^0.28 (Hoffmann et al. 2022) at D = 20 N;
 //   - overlapped rounds (--overlap-steps τ, the delayed rule of Note [Eager outer steps]) add to
 //     the gap: measured on the benchmark at H = 30, τ = 29, +14.0% against +10.5% without overlap,
 //     so the gap is taken 1.33x at τ = H - 1 and in proportion to τ below it (τ = 5 of 30 cost
