@@ -1,5 +1,6 @@
 // The training loop: per-step rounds, checkpoints, joining and repair. DiLoCo rounds are in
-// diloco_rounds.cpp (Note [DiLoCo rounds] in worker/outer_optimizer.h).
+// diloco_rounds.cpp (Note [DiLoCo rounds] in worker/outer_optimizer.h). Over 700 lines because
+// Trainer still holds every sync strategy's state; issue 41 splits it into a session and strategies.
 #include "worker/trainer.h"
 
 #include <algorithm>
