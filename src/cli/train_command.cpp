@@ -557,7 +557,8 @@ void add_train_command(CLI::App& app) {
   flags->add("--inner-lr-scale", &worker::TrainConfig::inner_lr_scale,
              "DiLoCo: the inner steps' learning rate as a multiple of --lr's schedule (a worker's inner batch is "
              "its own, not the cluster's)");
-  flags->add("--outer-momentum", &worker::TrainConfig::outer_momentum, "DiLoCo: Nesterov momentum of the outer step");
+  flags->add("--outer-momentum", &worker::TrainConfig::outer_momentum, "DiLoCo: Nesterov momentum of the outer step (the papers' 0.9; at under a million parameters 0.8 "
+             "measured 2.4 points of loss better, README's quality table)");
   flags->add("--sync-warmup-steps", &worker::TrainConfig::sync_warmup_steps,
              "DiLoCo: per-step gradient rounds before the first DiLoCo round");
   flags->add("--round-seconds", &worker::TrainConfig::round_seconds,
@@ -571,8 +572,8 @@ void add_train_command(CLI::App& app) {
   flags->add_parsed<worker::LateOuterStep>(
       "--late-outer-step", &worker::TrainConfig::late_outer_step, "delayed", worker::parse_late_outer_step,
       "DiLoCo with --overlap-steps: the overlapped steps start from this worker's own parameters (delayed), or from "
-      "the outer step previewed on an estimate of the round's average, the last agreed one with this worker's fresh "
-      "delta swapped in (eager: measured worse, see Note [Eager outer steps]); the agreed step replaces either");
+      "the agreed ones moved by an outer step on this worker's fresh delta at its share, the eager-updates paper's "
+      "rule (eager: measured worse here, see Note [Eager outer steps]); the agreed step is merged under either");
   flags->add("--partial-every", &worker::TrainConfig::partial_every,
              "Overlapped time-boxed DiLoCo: publish the round's delta so far every this many inner steps, so that a "
              "session dying mid-round still contributes its steps (0: off)");

@@ -18,12 +18,17 @@ void outer_nesterov_cpu(float* global, float* momentum_buffer, const float* delt
   }
 }
 
-void outer_nesterov_preview_cpu(const float* global, const float* momentum_buffer, const float* estimate, float* local,
-                                int64_t n, float lr, float momentum, bool nesterov) {
+void eager_offset_step_cpu(float* offset, float* momentum_buffer, float* sent_share, const float* own, float share,
+                           const float* global, float* local, int64_t n, float lr, float momentum, bool nesterov) {
   for (int64_t i = 0; i < n; ++i) {
-    const float m = momentum * momentum_buffer[i] + estimate[i];
-    const float update = nesterov ? estimate[i] + momentum * m : m;
-    local[i] = global[i] - lr * update;
+    const float d = share * own[i];
+    const float u = d - sent_share[i];
+    sent_share[i] = d;
+    const float m = momentum * momentum_buffer[i] + u;
+    momentum_buffer[i] = m;
+    const float update = nesterov ? u + momentum * m : m;
+    offset[i] = offset[i] - lr * update;
+    local[i] = global[i] + offset[i];
   }
 }
 

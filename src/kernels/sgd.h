@@ -17,10 +17,12 @@ void sgd_cpu(float* param, const float* grad, int64_t n, float lr, float weight_
 void outer_nesterov_cpu(float* global, float* momentum_buffer, const float* delta, float* local, int64_t n,
                         float lr, float momentum, bool nesterov);
 
-// The same outer step previewed (Note [Eager outer steps] in worker/eager_outer.h): local = the
-// global parameters the step would give on `estimate`; global and the momentum are not changed.
-void outer_nesterov_preview_cpu(const float* global, const float* momentum_buffer, const float* estimate, float* local,
-                                int64_t n, float lr, float momentum, bool nesterov);
+// The eager rule's offset step (Note [Eager outer steps] in worker/eager_outer.h), per element:
+//   d = share * own;  u = d - sent_share;  sent_share = d
+//   m = momentum * m + u;  offset -= lr * (u + momentum * m)  (nesterov)  or  lr * m
+//   local = global + offset
+void eager_offset_step_cpu(float* offset, float* momentum_buffer, float* sent_share, const float* own, float share,
+                           const float* global, float* local, int64_t n, float lr, float momentum, bool nesterov);
 
 // out = a + scale * b (out may be a).
 void scaled_add_cpu(const float* a, const float* b, float scale, float* out, int64_t n);

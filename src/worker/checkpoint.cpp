@@ -82,7 +82,11 @@ fs::path save_checkpoint(const fs::path& run_dir, const CheckpointState& state, 
   if (outer) {
     optimizer.emplace_back("outer.global", outer->global.cpu());
     optimizer.emplace_back("outer.momentum", outer->momentum.cpu());
-    if (outer->eager_others.defined()) optimizer.emplace_back("outer.eager_others", outer->eager_others.cpu());
+    if (outer->eager_offset.defined()) {
+      optimizer.emplace_back("outer.eager_offset", outer->eager_offset.cpu());
+      optimizer.emplace_back("outer.eager_momentum", outer->eager_momentum.cpu());
+      optimizer.emplace_back("outer.eager_sent_share", outer->eager_sent_share.cpu());
+    }
   }
   if (torch::cuda::is_available())
     for (int64_t i = 0; i < static_cast<int64_t>(torch::cuda::device_count()); ++i)
@@ -108,7 +112,7 @@ fs::path save_checkpoint(const fs::path& run_dir, const CheckpointState& state, 
   if (outer) {
     state_json["outer"] = {{"round_tokens", one_or_all(outer->round_tokens)},
                            {"round_loss_sum", one_or_all(outer->round_loss_sum)}};
-    if (outer->eager_others.defined()) state_json["outer"]["eager_tokens"] = outer->eager_tokens;
+    if (outer->eager_offset.defined()) state_json["outer"]["eager_tokens"] = outer->eager_tokens;
   }
   write_file_atomic(temp_dir / "state.json", state_json.dump(2));
 
@@ -237,9 +241,12 @@ CheckpointData load_checkpoint(const fs::path& run_or_checkpoint) {
     data.outer->global = optimizer["outer.global"];
     data.outer->momentum = optimizer["outer.momentum"];
     if (!data.outer->eager_tokens.empty()) {
-      GB_REQUIRE(optimizer.count("outer.eager_others"), optimizer_path.string(),
-                 ": missing tensor 'outer.eager_others' (state.json says eager_tokens)");
-      data.outer->eager_others = optimizer["outer.eager_others"];
+      for (const char* name : {"outer.eager_offset", "outer.eager_momentum", "outer.eager_sent_share"})
+        GB_REQUIRE(optimizer.count(name), optimizer_path.string(), ": missing tensor '", name,
+                   "' (state.json says eager_tokens)");
+      data.outer->eager_offset = optimizer["outer.eager_offset"];
+      data.outer->eager_momentum = optimizer["outer.eager_momentum"];
+      data.outer->eager_sent_share = optimizer["outer.eager_sent_share"];
     }
   }
   return data;

@@ -34,9 +34,9 @@ struct OuterState {
   // fragment's last round, and their loss, summed token-weighted.
   std::vector<int64_t> round_tokens = {0};
   std::vector<double> round_loss_sum = {0.0};
-  // Note [Eager outer steps] in worker/eager_outer.h: the others' share of the last agreed
-  // averages (flat) and, per fragment, the tokens behind it; undefined without the rule.
-  torch::Tensor eager_others;
+  // Note [Eager outer steps] in worker/eager_outer.h: the offset from θ_g, its momentum and the
+  // share last applied early (flat), and per fragment the others' tokens; undefined without the rule.
+  torch::Tensor eager_offset, eager_momentum, eager_sent_share;
   std::vector<int64_t> eager_tokens;
 };
 

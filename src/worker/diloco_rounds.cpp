@@ -151,6 +151,7 @@ void Trainer::offer_partial_delta(uint64_t round) {
   if (config_.partial_every <= 0 || !exchange_ || in_flight_ || round_inner_steps_ % config_.partial_every != 0) return;
   // delta_ is free while no round is in flight; the round's own Δ overwrites it when it goes.
   outer_->pseudo_gradient(flat_->params(), fragments_[0], delta_);
+  if (eager_) eager_->own_progress(fragments_[0], delta_);  // as the whole Δ
   if (!std::isfinite(delta_.norm().item<double>())) return;  // the whole Δ will say so
   const int64_t tokens = round_tokens_[0];
   const exchange::LocalContribution mine{static_cast<uint64_t>(tokens),
@@ -187,7 +188,7 @@ Trainer::LocalGradient Trainer::emulated_inner_step(double lr) {
       r.exp_avg_sq = optimizer_->exp_avg_sq().clone();
       r.optimizer_step = optimizer_->step_count();
       r.round_tokens.assign(fragments_.size(), 0);
-      if (eager_) r.eager.emplace(flat_->numel(), fragments_.size());
+      if (eager_) r.eager.emplace(flat_->numel(), fragments_.size(), outer_->hyper());
     }
   LocalGradient total{0.0, 0};
   for (size_t i = 0; i < emulated_.size(); ++i) {
@@ -220,16 +221,14 @@ void Trainer::emulated_average(torch::Tensor& delta, exchange::RoundResult& resu
   for (size_t i = 0; i < replicas_.size(); ++i) {
     EmulatedReplica& r = replicas_[i];
     outer_->pseudo_gradient(r.params.cpu(), fragments_[fragment], deltas[i]);
+    if (r.eager) r.eager->own_progress(fragments_[fragment], deltas[i]);
     const auto tokens = static_cast<uint64_t>(r.round_tokens[fragment]);
     average.add(emulated_[i].name, tokens, exchange::TokenWeightedSum::floats(deltas[i].data_ptr<float>()));
     result.tokens += tokens;
     r.round_tokens[fragment] = 0;
-    if (in_background) {  // each replica as a cluster's worker at outer_round
-      r.own_delta = deltas[i];
-      r.own_tokens = tokens;
-      preview_eager_step(r.eager ? &*r.eager : nullptr, fragment, r.own_delta, tokens, r.params);
-      r.sent = gather_fragment(r.params, fragments_[fragment]);
-    }
+    r.own_tokens = tokens;
+    if (in_background)  // each replica as a cluster's worker at outer_round
+      r.sent = point_of_merge(r.eager ? &*r.eager : nullptr, fragment, deltas[i], tokens, r.params);
   }
   result.contributors = static_cast<int>(replicas_.size());
   const int64_t n = fragments_[fragment].numel;
@@ -237,10 +236,12 @@ void Trainer::emulated_average(torch::Tensor& delta, exchange::RoundResult& resu
   average.sum_into(delta.data_ptr<float>(), static_cast<size_t>(delta.numel()));
 }
 
-void Trainer::preview_eager_step(EagerOuter* eager, size_t fragment, const torch::Tensor& own_delta, uint64_t tokens,
-                                 torch::Tensor& params) {
-  if (eager && eager->estimate(fragment, fragments_[fragment], own_delta, tokens, eager_estimate_))
-    outer_->preview(eager_estimate_, fragments_[fragment], params);
+torch::Tensor Trainer::point_of_merge(EagerOuter* eager, size_t fragment, const torch::Tensor& own_delta,
+                                     uint64_t tokens, torch::Tensor& params) {
+  const Fragment& f = fragments_[fragment];
+  if (eager && eager->send(fragment, f, own_delta, tokens, outer_->global(), params))
+    return gather_fragment(outer_->global(), f);  // the merge keeps the offset and the steps after it
+  return gather_fragment(params, f);               // the merge keeps the steps taken after the send
 }
 
 void Trainer::outer_round(uint64_t round, size_t fragment, bool in_background) {
@@ -260,16 +261,14 @@ void Trainer::outer_round(uint64_t round, size_t fragment, bool in_background) {
     emulated_average(delta_, r.ready, fragment, in_background);
   } else {
     outer_->pseudo_gradient(flat_->params(), fragments_[fragment], delta_);
+    if (eager_) eager_->own_progress(fragments_[fragment], delta_);
     const bool overflow = !std::isfinite(delta_.norm().item<double>());
+    r.own_tokens = static_cast<uint64_t>(tokens);
     if (in_background) {
-      r.own_tokens = static_cast<uint64_t>(tokens);
-      if (eager_ && !overflow) {
-        r.own_delta = delta_.clone();  // delta_ becomes the average
-        preview_eager_step(&*eager_, fragment, r.own_delta, r.own_tokens, flat_->params());
-      }
-      // The fragment's parameters as its Δ goes out (or as the eager rule moved them): the steps
-      // taken after it are kept (Note [Streaming fragments]).
-      r.sent = gather_fragment(flat_->params(), fragments_[fragment]);
+      // What the late step merges against: the steps taken after it are kept (Note [Streaming
+      // fragments]; with the eager rule, its offset too).
+      r.sent = point_of_merge(overflow ? nullptr : eager_ ? &*eager_ : nullptr, fragment, delta_, r.own_tokens,
+                              flat_->params());
     }
     if (exchange_) {
       const exchange::LocalContribution mine{static_cast<uint64_t>(tokens), r.loss, overflow,
@@ -325,14 +324,16 @@ void Trainer::apply_fragment_round() {
     // holds the first one's parameters, as a cluster's first worker evaluates its own.
     for (EmulatedReplica& e : replicas_) {
       outer_->rebase(fragment, e.params, e.sent.defined() ? &e.sent : nullptr);
-      if (e.eager && !skip && e.own_delta.defined())
-        e.eager->learn(r.fragment, fragment, delta_, e.own_delta, e.own_tokens, result.tokens);
+      if (e.eager && !e.sent.defined()) e.eager->settle(fragment);
+      if (e.eager && !skip) e.eager->agreed(r.fragment, e.own_tokens, result.tokens);
       e.sent = torch::Tensor();
-      e.own_delta = torch::Tensor();
     }
     torch::NoGradGuard no_grad;
     flat_->params().copy_(replicas_[0].params);
-  } else if (eager_ && !skip && r.own_delta.defined()) {
+  } else if (eager_ && !sent) {
+    eager_->settle(fragment);  // a round applied at once left θ_g
+  }
+  if (replicas_.empty() && eager_ && !skip) {
     // This worker's share of the average: what the agreement names (a partial Δ of its stood in
     // for it: its tokens, with the whole Δ as the nearest known), else all of its tokens.
     uint64_t own = r.own_tokens;
@@ -341,7 +342,7 @@ void Trainer::apply_fragment_round() {
       for (const exchange::AgreedContribution& c : result.contributions)
         if (c.worker == config_.worker) own = std::min(c.tokens, result.tokens);
     }
-    eager_->learn(r.fragment, fragment, delta_, r.own_delta, own, result.tokens);
+    eager_->agreed(r.fragment, own, result.tokens);
   }
   round_ = static_cast<int64_t>(r.round);
   const std::string part = fragments_.size() > 1 ? str(" fragment ", r.fragment, ":") : "";

@@ -13,44 +13,61 @@ void check_cpu_fp32(const torch::Tensor& t, int64_t numel, const char* what) {
 
 }  // namespace
 
-EagerOuter::EagerOuter(int64_t numel, size_t fragments)
-    : others_(torch::zeros({numel}, torch::kFloat32)), others_tokens_(fragments, -1) {}
+EagerOuter::EagerOuter(int64_t numel, size_t fragments, OuterHyper hyper)
+    : hyper_(hyper),
+      offset_(torch::zeros({numel}, torch::kFloat32)),
+      momentum_(torch::zeros({numel}, torch::kFloat32)),
+      sent_share_(torch::zeros({numel}, torch::kFloat32)),
+      others_tokens_(fragments, -1) {}
 
-bool EagerOuter::estimate(size_t p, const Fragment& fragment, const torch::Tensor& own_delta, uint64_t own_tokens,
-                          torch::Tensor& estimate) const {
-  GB_CHECK(p < others_tokens_.size(), "eager outer step: fragment ", p, " of ", others_tokens_.size());
-  if (others_tokens_[p] < 0 || others_tokens_[p] + static_cast<int64_t>(own_tokens) == 0) return false;
-  check_cpu_fp32(own_delta, fragment.numel, "a Δ");
-  if (!estimate.defined() || estimate.numel() != fragment.numel) estimate = torch::empty({fragment.numel}, torch::kFloat32);
-  const double share = static_cast<double>(own_tokens) / static_cast<double>(others_tokens_[p] + static_cast<int64_t>(own_tokens));
+void EagerOuter::own_progress(const Fragment& fragment, torch::Tensor& delta) const {
+  check_cpu_fp32(delta, fragment.numel, "a Δ");
   for_each_range(fragment, [&](int64_t begin, int64_t n, int64_t at) {
-    kernels::scaled_add_cpu(others_.data_ptr<float>() + begin, own_delta.data_ptr<float>() + at,
-                            static_cast<float>(share), estimate.data_ptr<float>() + at, n);
+    kernels::scaled_add_cpu(delta.data_ptr<float>() + at, offset_.data_ptr<float>() + begin, 1.0f,
+                            delta.data_ptr<float>() + at, n);
+  });
+}
+
+bool EagerOuter::send(size_t p, const Fragment& fragment, const torch::Tensor& own_delta, uint64_t own_tokens,
+                      const torch::Tensor& global, torch::Tensor& params) {
+  GB_CHECK(p < others_tokens_.size(), "eager outer step: fragment ", p, " of ", others_tokens_.size());
+  const int64_t total = others_tokens_[p] + static_cast<int64_t>(own_tokens);
+  if (others_tokens_[p] < 0 || total == 0) return false;
+  check_cpu_fp32(own_delta, fragment.numel, "a Δ");
+  torch::NoGradGuard no_grad;
+  const float share = static_cast<float>(static_cast<double>(own_tokens) / static_cast<double>(total));
+  // On a GPU the step runs on host copies of θ_g and of the new parameters, range by range.
+  const bool on_cpu = params.is_cpu() && global.is_cpu();
+  for_each_range(fragment, [&](int64_t begin, int64_t n, int64_t at) {
+    const torch::Tensor g = on_cpu ? global.narrow(0, begin, n) : global.narrow(0, begin, n).cpu().contiguous();
+    torch::Tensor local = on_cpu ? params.narrow(0, begin, n) : torch::empty({n}, torch::kFloat32);
+    kernels::eager_offset_step_cpu(offset_.data_ptr<float>() + begin, momentum_.data_ptr<float>() + begin,
+                                   sent_share_.data_ptr<float>() + begin, own_delta.data_ptr<float>() + at, share,
+                                   g.data_ptr<float>(), local.data_ptr<float>(), n, static_cast<float>(hyper_.lr),
+                                   static_cast<float>(hyper_.momentum), hyper_.nesterov);
+    if (!on_cpu) params.narrow(0, begin, n).copy_(local);
   });
   return true;
 }
 
-void EagerOuter::learn(size_t p, const Fragment& fragment, const torch::Tensor& average, const torch::Tensor& own_delta,
-                       uint64_t own_tokens, uint64_t total_tokens) {
+void EagerOuter::agreed(size_t p, uint64_t own_tokens, uint64_t total_tokens) {
   GB_CHECK(p < others_tokens_.size(), "eager outer step: fragment ", p, " of ", others_tokens_.size());
   GB_CHECK(own_tokens <= total_tokens, "eager outer step: ", own_tokens, " own tokens of ", total_tokens);
-  check_cpu_fp32(average, fragment.numel, "an average");
-  if (own_tokens > 0) check_cpu_fp32(own_delta, fragment.numel, "a Δ");
-  const double share = total_tokens > 0 ? static_cast<double>(own_tokens) / static_cast<double>(total_tokens) : 0.0;
-  for_each_range(fragment, [&](int64_t begin, int64_t n, int64_t at) {
-    float* others = others_.data_ptr<float>() + begin;
-    if (own_tokens > 0) {
-      kernels::scaled_add_cpu(average.data_ptr<float>() + at, own_delta.data_ptr<float>() + at,
-                              -static_cast<float>(share), others, n);
-    } else {
-      std::copy_n(average.data_ptr<float>() + at, n, others);
-    }
-  });
   others_tokens_[p] = static_cast<int64_t>(total_tokens - own_tokens);
 }
 
+void EagerOuter::settle(const Fragment& fragment) {
+  for_each_range(fragment, [&](int64_t begin, int64_t n, int64_t) {
+    offset_.narrow(0, begin, n).zero_();
+    momentum_.narrow(0, begin, n).zero_();
+    sent_share_.narrow(0, begin, n).zero_();
+  });
+}
+
 void EagerOuter::forget() {
-  others_.zero_();
+  offset_.zero_();
+  momentum_.zero_();
+  sent_share_.zero_();
   std::fill(others_tokens_.begin(), others_tokens_.end(), -1);
 }
 

@@ -75,24 +75,6 @@ void OuterOptimizer::discard_round(const Fragment& fragment, torch::Tensor& para
   rebase(fragment, params, sent);
 }
 
-void OuterOptimizer::preview(const torch::Tensor& estimate, const Fragment& fragment, torch::Tensor& params) const {
-  torch::NoGradGuard no_grad;
-  GB_CHECK(estimate.numel() == fragment.numel, "outer step preview: ", estimate.numel(), " values for ",
-           fragment.numel, " parameters");
-  for_each_range(fragment, [&](int64_t begin, int64_t n, int64_t at) {
-    if (global_.is_cpu()) {
-      kernels::outer_nesterov_preview_cpu(global_.data_ptr<float>() + begin, momentum_.data_ptr<float>() + begin,
-                                          estimate.data_ptr<float>() + at, params.data_ptr<float>() + begin, n,
-                                          static_cast<float>(hyper_.lr), static_cast<float>(hyper_.momentum),
-                                          hyper_.nesterov);
-    } else {
-      const torch::Tensor e = estimate.narrow(0, at, n).to(global_.device());
-      const torch::Tensor m = momentum_.narrow(0, begin, n) * hyper_.momentum + e;
-      params.narrow(0, begin, n).copy_(global_.narrow(0, begin, n) - hyper_.lr * (hyper_.nesterov ? e + hyper_.momentum * m : m));
-    }
-  });
-}
-
 void OuterOptimizer::rebase(const Fragment& fragment, torch::Tensor& params, const torch::Tensor* sent) const {
   torch::NoGradGuard no_grad;
   for_each_range(fragment, [&](int64_t begin, int64_t n, int64_t at) {

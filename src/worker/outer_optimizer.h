@@ -114,10 +114,6 @@ class OuterOptimizer {
   // params = θ_g + (params - sent) over the fragment (θ_g without `sent`): what step() leaves in
   // params, for replicas other than the one step() was given (the emulation's).
   void rebase(const Fragment& fragment, torch::Tensor& params, const torch::Tensor* sent) const;
-  // params = the θ_g one outer step on `estimate` (fp32, CPU, concatenated like a fragment's Δ)
-  // would give over the fragment; θ_g and the momentum are not changed (Note [Eager outer steps]
-  // in worker/eager_outer.h).
-  void preview(const torch::Tensor& estimate, const Fragment& fragment, torch::Tensor& params) const;
 
   torch::Tensor& global() { return global_; }
   torch::Tensor& momentum() { return momentum_; }

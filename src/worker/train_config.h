@@ -104,8 +104,8 @@ struct TrainConfig {
   // steps compute, and its outer step is merged into the weights then.
   int64_t fragments = 1;
   int64_t overlap_steps = 0;
-  // The overlapped steps start from the worker's own parameters (delayed), or from the outer
-  // step previewed on an estimate of the average (eager: measured worse, opt-in). Local to a worker.
+  // The overlapped steps start from the worker's own parameters (delayed), or from θ_g moved by
+  // the worker's own fresh Δ at its share (eager, Note [Eager outer steps]). Local to a worker.
   LateOuterStep late_outer_step = LateOuterStep::delayed;
   // > 0, with overlapped time-boxed rounds: the Δ so far goes into the folder every this many
   // inner steps, so a session that dies mid-round still contributes its steps (Note [Partial

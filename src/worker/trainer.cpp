@@ -126,7 +126,7 @@ Trainer::Trainer(TrainConfig config) : config_(std::move(config)) {
     round_tokens_.assign(fragments_.size(), 0);
     round_loss_sum_.assign(fragments_.size(), 0.0);
     if (config_.overlap_steps > 0 && config_.late_outer_step == LateOuterStep::eager)
-      eager_.emplace(flat_->numel(), fragments_.size());
+      eager_.emplace(flat_->numel(), fragments_.size(), outer_->hyper());
     if (fragments_.size() > 1) {
       std::string sizes;
       for (const Fragment& f : fragments_) sizes += str(sizes.empty() ? "" : ", ", f.numel);
@@ -197,15 +197,25 @@ void Trainer::restore(const std::filesystem::path& dir, const model::ModelConfig
     round_box_of_ = 0;  // a resumed round opens a new box
     if (eager_) {
       eager_->forget();
-      const bool kept = ckpt.outer && ckpt.outer->eager_others.defined() && ckpt.outer->eager_tokens.size() == fragments;
+      const bool kept = ckpt.outer && ckpt.outer->eager_offset.defined() && ckpt.outer->eager_tokens.size() == fragments;
       if (kept) {
-        const torch::Tensor& others = ckpt.outer->eager_others;
-        GB_REQUIRE(others.scalar_type() == torch::kFloat32 && others.numel() == flat_->numel(), dir.string(),
-                   ": tensor 'outer.eager_others' holds ", others.numel(), " values of ", others.scalar_type(),
-                   "; the model has ", flat_->numel(), " fp32 parameters");
-        eager_->others().copy_(others.reshape({-1}));
+        const std::pair<const char*, const torch::Tensor*> saved[] = {
+            {"outer.eager_offset", &ckpt.outer->eager_offset},
+            {"outer.eager_momentum", &ckpt.outer->eager_momentum},
+            {"outer.eager_sent_share", &ckpt.outer->eager_sent_share}};
+        torch::Tensor* into[] = {&eager_->offset(), &eager_->momentum(), &eager_->sent_share()};
+        for (size_t i = 0; i < 3; ++i) {
+          const torch::Tensor& t = *saved[i].second;
+          GB_REQUIRE(t.scalar_type() == torch::kFloat32 && t.numel() == flat_->numel(), dir.string(), ": tensor '",
+                     saved[i].first, "' holds ", t.numel(), " values of ", t.scalar_type(), "; the model has ",
+                     flat_->numel(), " fp32 parameters");
+          into[i]->copy_(t.reshape({-1}));
+        }
         eager_->others_tokens() = ckpt.outer->eager_tokens;
       }
+    } else if (ckpt.outer && ckpt.outer->eager_offset.defined() && ckpt.outer->eager_offset.numel() == flat_->numel()) {
+      // Saved under the eager rule, resumed under another: the offset is not this worker's progress.
+      flat_->params().sub_(ckpt.outer->eager_offset.reshape({-1}).to(flat_->params().device()));
     }
   }
   restore_rng(ckpt);  // last: model construction above consumed random numbers
@@ -568,7 +578,9 @@ std::filesystem::path Trainer::checkpoint() {
     outer->round_tokens = round_tokens_;
     outer->round_loss_sum = round_loss_sum_;
     if (eager_) {
-      outer->eager_others = eager_->others();
+      outer->eager_offset = eager_->offset();
+      outer->eager_momentum = eager_->momentum();
+      outer->eager_sent_share = eager_->sent_share();
       outer->eager_tokens = eager_->others_tokens();
     }
   }

@@ -131,11 +131,11 @@ class Trainer {
   // averages; a round applied late (in_background) keeps each replica's own Δ and the point its
   // late step merges against, as a worker of a cluster keeps its own.
   void emulated_average(torch::Tensor& delta, exchange::RoundResult& result, size_t fragment, bool in_background);
-  // Before a round in flight goes out: this worker's Δ (own_delta) over `tokens` tokens, and
-  // (Note [Eager outer steps]) params over the fragment moved to the outer step previewed on the
-  // eager estimate when one is known.
-  void preview_eager_step(EagerOuter* eager, size_t fragment, const torch::Tensor& own_delta, uint64_t tokens,
-                          torch::Tensor& params);
+  // Before a round in flight goes out: what its late step merges against over `fragment`, and
+  // with the eager rule (Note [Eager outer steps]) params moved by this worker's Δ (own_delta,
+  // over `tokens` tokens) at its share.
+  torch::Tensor point_of_merge(EagerOuter* eager, size_t fragment, const torch::Tensor& own_delta, uint64_t tokens,
+                               torch::Tensor& params);
   // What replicas must agree on after a round, on the CPU: the parameters, then (DiLoCo) the
   // outer momentum. Fingerprints and folder checkpoints' checksums cover it.
   torch::Tensor replica_state() const;
@@ -234,8 +234,7 @@ class Trainer {
     int64_t inner_steps = 0;
     std::chrono::steady_clock::time_point started;
     torch::Tensor sent;  // the fragment's parameters when its Δ went out (overlap only)
-    torch::Tensor own_delta;  // this worker's Δ, for the eager rule's estimate of the next round
-    uint64_t own_tokens = 0;
+    uint64_t own_tokens = 0;  // this worker's tokens in it
     std::future<exchange::RoundResult> pending;
     exchange::RoundResult ready;  // when not pending
   };
@@ -243,7 +242,6 @@ class Trainer {
   bool contributing_ = true;  // the exchange's last answer (not asked while a round is in flight)
   torch::Tensor delta_;          // the pseudo-gradient handed to the exchange (CPU)
   std::optional<EagerOuter> eager_;  // Note [Eager outer steps]: with --overlap-steps and the eager rule
-  torch::Tensor eager_estimate_;     // its estimate of the round in flight (CPU)
   int64_t round_inner_steps_ = 0;  // the inner steps this worker took in the current round
   double step_exchange_wait_s_ = 0;  // this step's time blocked on the exchange (waiting_on_exchange)
   uint64_t round_box_of_ = 0;      // --round-seconds: the round whose box round_box_opened_ opened
@@ -254,9 +252,9 @@ class Trainer {
     torch::Tensor params, exp_avg, exp_avg_sq;
     int64_t optimizer_step = 0;
     std::vector<int64_t> round_tokens;  // per fragment, since its last round
-    // A round in flight (--overlap-steps): the replica's own Δ and tokens in it, and its params
-    // over the fragment when the Δ went out.
-    torch::Tensor sent, own_delta;
+    // A round in flight (--overlap-steps): what its late step merges against over the fragment;
+    // the replica's tokens in its last round.
+    torch::Tensor sent;
     uint64_t own_tokens = 0;
     std::optional<EagerOuter> eager;
   };

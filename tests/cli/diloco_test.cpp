@@ -187,7 +187,7 @@ TEST_F(DilocoTest, ThreeWorkersFp32MatchOneProcessEmulatingThemBitForBit) {
 // with the delayed rule and with the eager one (Note [Eager outer steps]), through the faulty
 // simulated folder: every replica and the one process emulating them end on the same bytes, θ_g
 // and momentum included; the two rules end on different ones, and only the eager one keeps its
-// view of the others in the checkpoint.
+// offset in the checkpoint.
 TEST_F(DilocoTest, LateOuterStepsMatchOneProcessEmulatingThemBitForBit) {
   const std::vector<std::pair<std::string, std::vector<std::string>>> modes = {
       {"overlap", {"--inner-steps", "5", "--overlap-steps", "3"}},
@@ -212,7 +212,7 @@ TEST_F(DilocoTest, LateOuterStepsMatchOneProcessEmulatingThemBitForBit) {
               << name << " " << rule << " " << w.name << " " << key;
         for (const nlohmann::json& r : records(base / w.name, "round")) EXPECT_EQ(r["contributors"], 3) << r.dump();
       }
-      EXPECT_EQ(tensor_bytes(ref / "optimizer.safetensors", "outer.eager_others").empty(), rule == "delayed") << name;
+      EXPECT_EQ(tensor_bytes(ref / "optimizer.safetensors", "outer.eager_offset").empty(), rule == "delayed") << name;
     }
     EXPECT_NE(models["delayed"], models["eager"]) << name << ": the eager rule changed nothing";
   }

@@ -89,7 +89,9 @@ TEST_F(CheckpointTest, TheOuterStateAndTheEagerRulesViewRoundTrip) {
   outer.momentum = flat_->params().clone() * 2;
   outer.round_tokens = {5, 7};
   outer.round_loss_sum = {1.5, 2.5};
-  outer.eager_others = torch::arange(flat_->numel(), torch::kFloat32);
+  outer.eager_offset = torch::arange(flat_->numel(), torch::kFloat32);
+  outer.eager_momentum = outer.eager_offset * 2;
+  outer.eager_sent_share = outer.eager_offset * 3;
   outer.eager_tokens = {-1, 96};
   save_checkpoint(run_, state, *flat_, {{"exp_avg", m}, {"exp_avg_sq", m}}, &outer);
   CheckpointData data = load_checkpoint(run_);
@@ -97,15 +99,17 @@ TEST_F(CheckpointTest, TheOuterStateAndTheEagerRulesViewRoundTrip) {
   EXPECT_TRUE(torch::equal(data.outer->global, outer.global));
   EXPECT_TRUE(torch::equal(data.outer->momentum, outer.momentum));
   EXPECT_EQ(data.outer->round_tokens, outer.round_tokens);
-  EXPECT_TRUE(torch::equal(data.outer->eager_others, outer.eager_others));
+  EXPECT_TRUE(torch::equal(data.outer->eager_offset, outer.eager_offset));
+  EXPECT_TRUE(torch::equal(data.outer->eager_momentum, outer.eager_momentum));
+  EXPECT_TRUE(torch::equal(data.outer->eager_sent_share, outer.eager_sent_share));
   EXPECT_EQ(data.outer->eager_tokens, outer.eager_tokens);
 
-  outer.eager_others = torch::Tensor();
+  outer.eager_offset = outer.eager_momentum = outer.eager_sent_share = torch::Tensor();
   state.step = 4;
   save_checkpoint(run_, state, *flat_, {{"exp_avg", m}, {"exp_avg_sq", m}}, &outer);
   data = load_checkpoint(run_);
   ASSERT_TRUE(data.outer.has_value());
-  EXPECT_FALSE(data.outer->eager_others.defined());
+  EXPECT_FALSE(data.outer->eager_offset.defined());
   EXPECT_TRUE(data.outer->eager_tokens.empty());
 }
 

@@ -196,62 +196,79 @@ TEST(Fragments, AnOuterStepOnAFragmentLeavesTheOthersAndKeepsLaterLocalSteps) {
   EXPECT_TRUE(torch::allclose(outer.global(), global)) << outer.global();
 }
 
-// Note [Eager outer steps]: the preview is the step's θ_g without the step, bit for bit, over a
-// fragment of two ranges, and leaves θ_g, the momentum and the elements outside the fragment.
-TEST(EagerOuter, APreviewIsTheOuterStepOnACopyAndChangesNothingElse) {
+// Note [Eager outer steps]: θ_g stepped on the agreed averages plus the offset is the paper's
+// worker, whose own outer optimizer steps on Δ̃ = Δ̄^(t-1) + d^(t) - d^(t-1) each round, over a
+// fragment of two ranges, with and without Nesterov (equal up to rounding: the sums differ in
+// order); and the Δ handed to the exchange is the worker's progress since its own start.
+TEST(EagerOuter, IsThePapersPerWorkerOuterStepAsAnOffsetFromTheAgreedOne) {
   const int64_t n = 1001;
   const Fragment fragment{{{3, 400}, {700, 1001}}, 698};
   for (const bool nesterov : {true, false}) {
+    const OuterHyper hyper{0.7, 0.9, nesterov};
     const torch::Tensor start = random_vector(n, 4);
-    OuterOptimizer outer(start, OuterHyper{0.7, 0.9, nesterov}), twin(start, OuterHyper{0.7, 0.9, nesterov});
-    // A round first, so that the momentum is not zero.
-    torch::Tensor delta, params = start - 0.01 * random_vector(n, 5);
-    outer.pseudo_gradient(params, fragment, delta);
-    torch::Tensor twin_params = params.clone();
-    outer.step(delta, fragment, params);
-    twin.step(delta, fragment, twin_params);
-    const torch::Tensor global = outer.global().clone(), momentum = outer.momentum().clone();
-    const torch::Tensor estimate = 0.02 * random_vector(fragment.numel, 6);
-    torch::Tensor previewed = params + 1.0;  // elements outside the fragment must keep this
-    outer.preview(estimate, fragment, previewed);
-    EXPECT_TRUE(torch::equal(outer.global(), global));
-    EXPECT_TRUE(torch::equal(outer.momentum(), momentum));
-    torch::Tensor stepped = params + 1.0;
-    twin.step(estimate, fragment, stepped);
-    EXPECT_TRUE(torch::equal(previewed, stepped)) << "nesterov " << nesterov;
-    EXPECT_EQ(previewed[0].item<float>(), params[0].item<float>() + 1.0f);
-    EXPECT_EQ(previewed[500].item<float>(), params[500].item<float>() + 1.0f);
+    OuterOptimizer agreed(start, hyper), paper(start, hyper);
+    EagerOuter eager(n, 1, hyper);
+    eager.agreed(0, 10, 40);  // a round before: this worker had 10 of 40 tokens, a share of 1/4
+    torch::Tensor params = start.clone(), paper_params = start.clone();
+    torch::Tensor last_average = torch::zeros({fragment.numel}), last_share = torch::zeros({fragment.numel});
+    for (int round = 0; round < 5; ++round) {
+      // The worker's inner steps, then its Δ: θ_g - θ_local corrected by the offset.
+      const torch::Tensor progress = 0.01 * random_vector(n, 20 + round);
+      torch::Tensor local = params + progress, own;
+      agreed.pseudo_gradient(local, fragment, own);
+      eager.own_progress(fragment, own);
+      torch::Tensor expected_own;
+      agreed.pseudo_gradient(agreed.global() + progress, fragment, expected_own);
+      ASSERT_TRUE(torch::allclose(own, expected_own, 1e-5, 1e-6)) << "round " << round;
+      const torch::Tensor before = local.clone();
+      ASSERT_TRUE(eager.send(0, fragment, own, 10, agreed.global(), local));
+      // The paper's worker: its outer step on Δ̃ from where it stood.
+      const torch::Tensor share = own * 0.25f;
+      paper.step(last_average + share - last_share, fragment, paper_params);
+      last_share = share;
+      for (const auto& [begin, end] : fragment.ranges)
+        EXPECT_TRUE(torch::allclose(local.slice(0, begin, end), paper_params.slice(0, begin, end), 1e-5, 1e-6))
+            << "round " << round << " nesterov " << nesterov;
+      EXPECT_TRUE(torch::equal(local.slice(0, 0, 3), before.slice(0, 0, 3)));  // outside the fragment
+      EXPECT_TRUE(torch::equal(local.slice(0, 400, 700), before.slice(0, 400, 700)));
+      // The round is agreed (the others' Δs, this worker's at its share) and merged under the worker.
+      last_average = share + 0.75f * 0.01f * random_vector(fragment.numel, 40 + round);
+      const torch::Tensor sent = gather_fragment(agreed.global(), fragment);
+      agreed.step(last_average, fragment, local, &sent);
+      eager.agreed(0, 10, 40);
+      params = local;
+    }
   }
 }
 
-// The estimate is the others' share of the last agreed average plus this worker's fresh Δ at its
-// share of the tokens: exact on values whose arithmetic is exact, per fragment, and nothing
-// before a fragment's first agreed round.
-TEST(EagerOuter, TheEstimateSwapsThisWorkersStaleShareForItsFreshOne) {
+// The bookkeeping on exact values: nothing before a fragment's share is known, the step on the
+// change of this worker's share, per fragment; settle and forget.
+TEST(EagerOuter, WaitsForAShareStepsOnTheChangeOfItAndSettles) {
   const Fragment first{{{0, 2}}, 2}, second{{{2, 4}}, 2};
-  EagerOuter eager(4, 2);
-  torch::Tensor estimate;
-  const torch::Tensor mine = torch::tensor({4.0f, 8.0f, -4.0f, 2.0f});
-  EXPECT_FALSE(eager.estimate(0, first, mine.narrow(0, 0, 2).contiguous(), 10, estimate));
-  // Fragment 0's round: an average of 1s over 40 tokens, 10 of them this worker's Δ = mine:
-  // the others' share is 1 - 10/40 * mine.
-  eager.learn(0, first, torch::ones({2}), mine.narrow(0, 0, 2).contiguous(), 10, 40);
+  EagerOuter eager(4, 2, OuterHyper{0.5, 0.5, true});
+  const torch::Tensor global = torch::ones({4});
+  torch::Tensor params = torch::full({4}, 3.0f);
+  const torch::Tensor mine = torch::tensor({4.0f, 8.0f});
+  EXPECT_FALSE(eager.send(0, first, mine, 10, global, params));
+  EXPECT_TRUE(torch::equal(params, torch::full({4}, 3.0f)));
+  eager.agreed(0, 10, 40);
+  EXPECT_EQ(eager.others_tokens(), (std::vector<int64_t>{30, -1}));
+  EXPECT_FALSE(eager.send(1, second, mine, 10, global, params));
+  // Share 10/40: d = u = (1, 2); e = u; o = -0.5 (u + 0.5 e) = (-0.75, -1.5); params = θ_g + o there.
+  ASSERT_TRUE(eager.send(0, first, mine, 10, global, params));
+  EXPECT_TRUE(torch::equal(params, torch::tensor({0.25f, -0.5f, 3.0f, 3.0f}))) << params;
+  // The same share again: u = 0, e = (0.5, 1), o -= 0.5 * 0.5 e.
+  ASSERT_TRUE(eager.send(0, first, mine, 10, global, params));
+  EXPECT_TRUE(torch::equal(eager.offset(), torch::tensor({-0.875f, -1.75f, 0.0f, 0.0f}))) << eager.offset();
+  torch::Tensor delta = torch::zeros({2});
+  eager.own_progress(first, delta);
+  EXPECT_TRUE(torch::equal(delta, torch::tensor({-0.875f, -1.75f})));
+  eager.settle(first);
+  for (torch::Tensor* t : {&eager.offset(), &eager.momentum(), &eager.sent_share()})
+    EXPECT_TRUE(torch::equal(*t, torch::zeros({4})));
   EXPECT_EQ(eager.others_tokens()[0], 30);
-  EXPECT_EQ(eager.others_tokens()[1], -1);
-  EXPECT_FALSE(eager.estimate(1, second, mine.narrow(0, 2, 2).contiguous(), 10, estimate));
-  // Next round: a fresh Δ of 2s over 30 tokens: share 30 / (30 + 30) = 1/2.
-  ASSERT_TRUE(eager.estimate(0, first, torch::full({2}, 2.0f), 30, estimate));
-  EXPECT_TRUE(torch::equal(estimate, torch::tensor({1.0f, 0.0f}))) << estimate;
-  // A round this worker was not in: all of the average is the others'.
-  eager.learn(0, first, torch::full({2}, 3.0f), torch::Tensor(), 0, 50);
-  ASSERT_TRUE(eager.estimate(0, first, torch::full({2}, 8.0f), 50, estimate));
-  EXPECT_TRUE(torch::equal(estimate, torch::full({2}, 3.0f + 4.0f)));
-  // One worker alone (the others had no tokens): the estimate is its own Δ.
-  eager.learn(1, second, mine.narrow(0, 2, 2).contiguous(), mine.narrow(0, 2, 2).contiguous(), 10, 10);
-  ASSERT_TRUE(eager.estimate(1, second, torch::full({2}, 5.0f), 7, estimate));
-  EXPECT_TRUE(torch::equal(estimate, torch::full({2}, 5.0f)));
   eager.forget();
-  EXPECT_FALSE(eager.estimate(0, first, torch::ones({2}), 1, estimate));
+  EXPECT_EQ(eager.others_tokens(), (std::vector<int64_t>{-1, -1}));
 }
 
 }  // namespace
