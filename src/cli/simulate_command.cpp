@@ -144,22 +144,23 @@ void run(const Options& o) {
               "mode's token efficiency (%s)\n",
               o.token_efficiency > 0 ? "given"
               : diloco ? "DiLoCo's from-scratch loss gap at this size and worker count, from the DiLoCo scaling-laws "
-                         "paper's size trend, with overlap's measured extra, in tokens by Chinchilla's law: Note [Token "
-                         "efficiency]"
+                         "paper's size trend, with what overlap measured at how late this run's outer steps landed, in "
+                         "tokens by Chinchilla's law: Note [Token efficiency]"
                        : "1: per-step averaging is exact data parallelism");
   std::printf("%7s %10s %13s %12s %9s %10s %8s %11s %10s %14s %7s %6s %8s\n", "workers", "s/round", "contributors",
               "tokens/s", "speed-up", "token eff.", "to loss", "utilisation", "up GB/day", "(rounds' files)", "deaths",
               "joins", "hours");
   for (int workers : worker_counts) {
     c.workers = workers;
+    const sim::Projection p = sim::project(c);
+    // Overlap costs loss by how late the outer steps landed under the inner ones, as measured.
     const double efficiency = o.token_efficiency > 0 ? o.token_efficiency
                               : diloco ? sim::token_efficiency_from_gap(
                                              static_cast<double>(c.model_parameters),
                                              sim::overlapped_loss_gap(
                                                  sim::diloco_loss_gap(static_cast<double>(c.model_parameters), workers),
-                                                 c.overlap_steps, c.inner_steps))
+                                                 p.overlap_fraction))
                                        : 1.0;
-    const sim::Projection p = sim::project(c);
     for (const std::string& f : p.failures) std::fprintf(stderr, "simulate: a simulated process failed: %s\n", f.c_str());
     std::printf("%7d %10.1f %13.2f %12.0f %8.2fx %10.2f %7.2fx %10.0f%% %10.1f %14.1f %7d %6d %8.1f\n", workers,
                 p.seconds_per_round, p.mean_contributors, p.cluster_tokens_per_s, p.speedup, efficiency,
@@ -174,6 +175,9 @@ void run(const Options& o) {
                 100 * p.upload_gb_per_worker_day / o.upload_cap_gb, o.upload_cap_gb,
                 p.final_grad_accum > 1 ? str(" (slowed down to stay under it: grad_accum x", p.final_grad_accum, " by the end)").c_str()
                                        : "");
+    if (diloco && c.overlap_steps > 0)
+      std::printf("%7s overlap: outer steps landed %.2f of a round late (steps behind the exchange over a round's "
+                  "steps less one; 1 at tau = H - 1)\n", "", p.overlap_fraction);
     std::fflush(stdout);
   }
 }
@@ -202,7 +206,8 @@ void add_simulate_command(CLI::App& app) {
   cmd->add_option("--token-efficiency", o->token_efficiency,
                   "The mode's token efficiency: per-step's tokens for the loss the mode reaches over the mode's tokens "
                   "(scripts/bench/quality_bench.sh measures it; default: 1 per step, with DiLoCo an estimate from the "
-                  "papers' size trend, Note [Token efficiency])");
+                  "papers' size trend and the benchmark's cost of overlap at the lateness the run shows, which assumes "
+                  "the small model's measured figures carry to the projected size: Note [Token efficiency])");
   cmd->add_option("--round-seconds", o->config.round_seconds,
                   "DiLoCo: time-boxed rounds of this many seconds (joiners enter the round in progress); with "
                   "--overlap-steps, every box closes this long after the round before was agreed (gradbox's best mode)");

@@ -235,6 +235,13 @@ class ProjectionRun {
       contributors += r.contributors;
     }
     p.mean_contributors = contributors / static_cast<double>(rounds.size());
+    double overlapped = 0, later_steps = 0;
+    for (const SimObserver::Applied& a : observer_.history())
+      if (a.contributed && a.inner_steps > 1) {
+        overlapped += a.overlapped_steps;
+        later_steps += a.inner_steps - 1;
+      }
+    p.overlap_fraction = later_steps > 0 ? std::min(1.0, overlapped / later_steps) : 0.0;
     const double end_s = rounds.rbegin()->second.first_applied_s;
     p.rounds = rounds.rbegin()->first;
     p.virtual_hours = end_s / 3600;

@@ -88,6 +88,11 @@ struct Projection {
   double utilisation = 0;    // speedup / workers
   double seconds_per_round = 0;
   double mean_contributors = 0;  // in a round's average (workers left out by a deadline lose that round's compute)
+  // DiLoCo with overlap: the inner steps computed behind a round's exchange over the round's
+  // inner steps less one, over the workers' contributions (0 without overlap, 1 at τ = H - 1):
+  // how late outer steps landed, which is what overlap costs in loss (Note [Token efficiency]).
+  // Overlapped boxes apply a round once agreed, so this is the folder's lag, not --overlap-steps.
+  double overlap_fraction = 0;
   uint64_t rounds = 0;
   double virtual_hours = 0;  // until the last round was applied
   // The busiest worker's upload (over its sessions), per day of the run: everything, and the

@@ -270,7 +270,8 @@ void run_sim_worker(const SimWorkerSpec& spec, mirror::Mirror& mirror, mirror::C
       const std::vector<float> state = local.state();
       exchange->after_update(round, state.data(), state.size());
       observer.applied({spec.name, round, checksum_of(state), contributes, taken, result.wait_seconds,
-                        result.contributors, result.tokens, clock.now_s(), accum},
+                        result.contributors, result.tokens, clock.now_s(), accum,
+                        overlapped_s / (spec.compute_s * static_cast<double>(accum))},
                        result.contributions);
       if (spec.checkpoint_interval > 0 && round % static_cast<uint64_t>(spec.checkpoint_interval) == 0) checkpoint();
     }

@@ -70,6 +70,9 @@ class SimObserver {
     uint64_t tokens = 0;      // the round's average's tokens (RoundResult::tokens)
     double at_s = 0;          // virtual time it was applied
     int64_t grad_accum = 1;   // the agreed grad_accum its steps were computed with
+    // With overlap: the steps this worker computed while the round's exchange ran (its own
+    // wait, in steps, up to τ): how late the outer step landed under its inner steps.
+    double overlapped_steps = 0;
   };
   void applied(const Applied& a, std::vector<exchange::AgreedContribution> contributions = {});
   // A worker took one step of compute (an inner step, or a per-step round's gradient) for `round`.

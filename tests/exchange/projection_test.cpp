@@ -133,6 +133,14 @@ TEST(Projection, DilocoOverlapStepsHideTheExchangeBehindInnerSteps) {
   c.inner_steps = 4;
   c.tokens_per_s = 100'000 / 10.0;  // 10 s a step, 40 s of compute a round
   expect_overlap_hides_the_exchange(c, 2, 10, 40);
+  // How late the outer steps landed: the exchange's 10-40 s computed behind, up to τ = 2 steps
+  // of 10 s, over a round's 3 steps after the first (Note [Token efficiency] charges that).
+  c.overlap_steps = 2;
+  const Projection overlapped = project(c);
+  EXPECT_GE(overlapped.overlap_fraction, 1.0 / 3 - 1e-9);
+  EXPECT_LE(overlapped.overlap_fraction, 2.0 / 3 + 1e-9);
+  c.overlap_steps = 0;
+  EXPECT_EQ(project(c).overlap_fraction, 0.0);
   // τ must leave a step of the round to itself, as gradbox train requires.
   c.overlap_steps = 4;
   EXPECT_THROW(project(c), std::exception);
@@ -259,11 +267,15 @@ TEST(TokenEfficiency, TheGapFollowsThePapersTableAndItsSizeTrend) {
   // 1% higher is reached on (1 + 0.01 L / (410.7 / D^0.28))^(-1 / 0.28) of the tokens.
   const double n = 774e6, d = 20 * n, data = 410.7 / std::pow(d, 0.28), loss = 1.69 + 406.4 / std::pow(n, 0.34) + data;
   EXPECT_NEAR(token_efficiency_from_gap(n, 0.01), std::pow(1 + 0.01 * loss / data, -1 / 0.28), 1e-12);
-  // Overlap: the measured 14.0 / 10.5 at τ = H - 1, in proportion below, nothing without.
-  EXPECT_DOUBLE_EQ(overlapped_loss_gap(0.03, 0, 20), 0.03);
-  EXPECT_NEAR(overlapped_loss_gap(0.03, 19, 20), 0.04, 1e-12);
-  EXPECT_NEAR(overlapped_loss_gap(0.03, 38, 77), 0.035, 1e-12);
-  EXPECT_THROW(overlapped_loss_gap(0.03, 20, 20), std::exception);
+  // Overlap: the benchmark's H = 20 gaps over the gap without overlap (+9.2%) at τ = 4, 9 and
+  // 19 of 19, linear between them, nothing without; it only grows with the lateness.
+  EXPECT_DOUBLE_EQ(overlapped_loss_gap(0.03, 0), 0.03);
+  EXPECT_NEAR(overlapped_loss_gap(0.03, 1), 0.03 * 13.5 / 9.2, 1e-12);
+  EXPECT_NEAR(overlapped_loss_gap(0.03, 4.0 / 19), 0.03 * 9.4 / 9.2, 1e-12);
+  EXPECT_NEAR(overlapped_loss_gap(0.03, 2.0 / 19), 0.03 * (1 + 0.2 / 9.2 / 2), 1e-12);
+  for (double f = 0.05; f <= 1; f += 0.05) EXPECT_GE(overlapped_loss_gap(0.03, f), overlapped_loss_gap(0.03, f - 0.05));
+  EXPECT_THROW(overlapped_loss_gap(0.03, 1.5), std::exception);
+  EXPECT_THROW(overlapped_loss_gap(0.03, -0.1), std::exception);
   EXPECT_THROW(diloco_loss_gap(0, 4), std::exception);
   EXPECT_THROW(token_efficiency_from_gap(1e6, -0.1), std::exception);
 }
