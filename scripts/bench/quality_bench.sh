@@ -51,12 +51,13 @@ LR=${LR:-2e-3}
 EVAL_POINTS=${EVAL_POINTS:-25}   # validation points per curve
 EVAL_BATCHES=${EVAL_BATCHES:-64}
 JOBS=${JOBS:-2}            # emulated modes at once (one thread each)
-# The defaults: per-step, DiLoCo's round lengths, the outer lr around its default, overlapped
-# rounds (the headline's, τ = H - 1) and streaming fragments; ~1 hour on 2 cores for both corpora.
+# The defaults: per-step, DiLoCo's round lengths, the outer lr and momentum around their defaults,
+# overlapped rounds (a few steps, and τ = H - 1) and streaming fragments; ~75 minutes on 2 cores
+# for both corpora.
 # Cluster modes (codecs, time boxes, partial deltas) are named in MODES; they take 8 processes.
 MODES=${MODES:-"per-step emulated-diloco-h10 emulated-diloco-h20 emulated-diloco-h30 emulated-diloco-h50
-                emulated-diloco-h30-olr0.4 emulated-diloco-h30-olr1.0 emulated-diloco-h30-o29
-                emulated-diloco-h30-f3-o5"}
+                emulated-diloco-h30-olr0.4 emulated-diloco-h30-om0.8 emulated-diloco-h20-o4
+                emulated-diloco-h30-o29 emulated-diloco-h30-f3-o5"}
 mkdir -p "$OUT/bin"
 [ -n "${TABLE_ONLY:-}" ] || cp build/bin/gradbox build/bin/gradbox-sync "$OUT/bin/"
 GRADBOX="$OUT/bin/gradbox"

@@ -14,7 +14,8 @@ import os
 
 def curve(run):
     """(tokens, val_loss) pairs of a run, from its first worker's metrics."""
-    worker = sorted(d for d in os.listdir(run) if os.path.isdir(os.path.join(run, d)))[0]
+    # A cluster's run folder also holds the shared folder: the first worker is the first with metrics.
+    worker = sorted(d for d in os.listdir(run) if os.path.isfile(os.path.join(run, d, "metrics.jsonl")))[0]
     rows = [json.loads(line) for line in open(os.path.join(run, worker, "metrics.jsonl"))]
     tokens_at = {}
     for r in rows:
