@@ -71,7 +71,7 @@ class EagerOuter {
 
  private:
   OuterHyper hyper_;
-  torch::Tensor offset_, momentum_, sent_share_, input_;
+  torch::Tensor offset_, momentum_, sent_share_;
   std::vector<int64_t> others_tokens_;
 };
 
