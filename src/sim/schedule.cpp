@@ -56,7 +56,10 @@ exchange::FolderExchangeConfig worker_config(const std::string& name, const std:
 
 class Scheduler {
  public:
-  static constexpr double kBoxSeconds = 0.8;  // steps take 0.1-0.4 s
+  // Longer than most of the folder's lags, as a real box of 40 minutes is (else a box closes
+  // before its agreement reaches the workers); steps take 0.1-0.4 s: H = 8 binds for the fast
+  // workers, the box for the slow ones.
+  static constexpr double kBoxSeconds = 2.5;
 
   explicit Scheduler(const ScheduleOptions& options)
       : options_(options),

@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "exchange/folder_exchange.h"
 #include "exchange/live_control.h"
+#include "exchange/round_policy.h"
 
 namespace gradbox::sim {
 namespace {
@@ -191,25 +192,32 @@ void run_sim_worker(const SimWorkerSpec& spec, mirror::Mirror& mirror, mirror::C
       observer.stepped(spec.name, round, clock.now_s());
     }
   };
+  // The trainer's round rules (Note [Round policy] in exchange/round_policy.h).
+  const exchange::RoundRules rules{spec.inner_steps, spec.round_seconds, spec.overlap_steps, spec.partial_every};
+  exchange::RoundBox box(rules);
+  exchange::PendingControls pending_controls;
   // DiLoCo: inner SGD steps from the global parameters; grad becomes the delta global - inner.
   // Returns the steps taken: all of them, or (time-boxed) as many as fit, as the trainer does.
   auto inner_steps = [&](uint64_t round) {
     inner = local.params;
     const double entered = clock.now_s();
-    const double opened = entered - exchange->round_age_s(round);  // as the trainer
+    // The exchange returned at the round before's agreement, which (overlapped boxes) opens
+    // this round's box; the steps computed behind that exchange began overlapped_s earlier.
+    box.open(round, entered - overlapped_s, entered - exchange->round_age_s(round));
     int taken = 0;
     while (taken < spec.inner_steps) {
+      // A step computed whole behind the exchange ended before the round before was applied.
+      const bool behind_exchange = overlapped_s >= spec.compute_s * static_cast<double>(accum);
       toy_gradient(spec.name, round * 1000 + static_cast<uint64_t>(taken), inner, grad);
       compute_step(round);
       for (size_t i = 0; i < inner.size(); ++i) inner[i] -= static_cast<float>(spec.lr) * grad[i];
+      box.stepped();
       ++taken;
       exchange->between_rounds((round - 1) * static_cast<uint64_t>(spec.inner_steps) + static_cast<uint64_t>(taken));
-      // The next step's cost: the mean so far, as the trainer; with overlap the steps computed
-      // during the last exchange took no time here, so what is left of a step's compute.
-      const double next_step = spec.overlap_steps > 0 ? std::max(0.0, spec.compute_s * static_cast<double>(accum) - overlapped_s)
-                                                      : (clock.now_s() - entered) / taken;
-      if (spec.round_seconds > 0 && clock.now_s() - opened + next_step > spec.round_seconds) break;
-      if (spec.partial_every > 0 && taken % spec.partial_every == 0 && taken < spec.inner_steps) {
+      // A step behind the exchange was judged against the box opened at the first step, which
+      // seconds_behind_at_most already held it to: the reopened box judges the steps after it.
+      if (taken == spec.inner_steps || (!behind_exchange && box.closes(clock.now_s()))) break;
+      if (rules.partial_due(box.steps(), behind_exchange)) {
         for (size_t i = 0; i < inner.size(); ++i) grad[i] = local.params[i] - inner[i];
         exchange->offer_partial(round, grad.data(), grad.size(),
                                 {spec.tokens_per_round * static_cast<uint64_t>(taken * accum), 1.0, false});
@@ -225,14 +233,11 @@ void run_sim_worker(const SimWorkerSpec& spec, mirror::Mirror& mirror, mirror::C
       local.params[i] -= lr * (grad[i] + mu * local.momentum[i]);
     }
   };
-  std::optional<exchange::AgreedControl> pending_control;
   auto run_rounds = [&] {
     while (local.step < spec.rounds) {
       const uint64_t round = local.step + 1;
-      if (pending_control && round >= pending_control->from_round) {
-        accum = exchange::LiveControl::parse(pending_control->json, "the agreed control").grad_accum.value_or(spec.exchange.grad_accum);
-        pending_control.reset();
-      }
+      if (const std::optional<exchange::AgreedControl> due = pending_controls.take_due(round))
+        accum = exchange::LiveControl::parse(due->json, "the agreed control").grad_accum.value_or(spec.exchange.grad_accum);
       const bool contributes = exchange->will_contribute(round);
       exchange::LocalContribution mine;
       int taken = 0;
@@ -250,10 +255,12 @@ void run_sim_worker(const SimWorkerSpec& spec, mirror::Mirror& mirror, mirror::C
       if (contributes && spec.corrupt_contribution) spec.corrupt_contribution(round, grad);
       const double exchange_began = clock.now_s();
       const exchange::RoundResult result = exchange->all_reduce(round, grad.data(), grad.size(), mine);
+      // The next round's steps ran behind this exchange, as many as the policy lets a round lag.
       overlapped_s = contributes && !result.resync
-                         ? std::min(clock.now_s() - exchange_began, spec.overlap_steps * spec.compute_s * static_cast<double>(accum))
+                         ? std::min(clock.now_s() - exchange_began,
+                                    rules.seconds_behind_at_most(spec.compute_s * static_cast<double>(accum)))
                          : 0;
-      if (result.control) pending_control = result.control;
+      if (result.control) pending_controls.add(*result.control);
       if (result.resync) {
         observer.resynced(spec.name, round);
         reload();

@@ -41,8 +41,9 @@ struct SimWorkerSpec {
   // inner_steps steps, as many as fit in this many virtual seconds (at least one).
   double round_seconds = 0;
   // Steps that compute while the last round's exchange runs: 1 per step (the trainer's
-  // --overlap), τ < inner_steps with DiLoCo (--overlap-steps). Timing only: those steps are
-  // charged the compute the exchange's wait did not cover; the toy update is not delayed.
+  // --overlap), τ < inner_steps with DiLoCo (--overlap-steps; with time boxes, the next box's
+  // steps: RoundRules::seconds_behind_at_most). Timing only: those steps are charged the
+  // compute the exchange's wait did not cover; the toy update is not delayed.
   int overlap_steps = 0;
   // > 0 (with overlapped time-boxed rounds): the Δ so far goes out every this many inner steps
   // while the box is open (Note [Partial deltas] in exchange/folder_exchange.h).

@@ -21,6 +21,9 @@ const log::Logger& logger() {
   return instance;
 }
 
+// Steady time in seconds: the clock the round policy's boxes are read on.
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
 std::string format_number(double value, const char* format) {
   char text[64];
   std::snprintf(text, sizeof text, format, value);
@@ -79,16 +82,14 @@ double Trainer::diloco_step(double lr) {
   if (contributes) {
     // The box opens at this worker's first inner step of the round; one entering a round
     // already open (Note [Late entry] in exchange/folder_exchange.h) has what is left of it.
-    if (round_box_of_ != round) {
+    if (box_.opens_with(round)) {
       // Not while a round runs in the background (another thread owns the exchange then):
       // reanchor_box() times the box once that round is applied.
       const double age = exchange_ && !in_flight_ ? exchange_->round_age_s(round) : 0.0;
-      round_box_of_ = round;
-      round_first_step_ = std::chrono::steady_clock::now();
-      round_box_opened_ = round_first_step_ -
-                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(age));
+      const double now = now_s();
+      box_.open(round, now, now - age);
     }
-    ++round_inner_steps_;
+    box_.stepped();
     if (!emulated_.empty()) {
       local = emulated_inner_step(lr);
     } else {
@@ -105,24 +106,24 @@ double Trainer::diloco_step(double lr) {
   if (exchange_ && !in_flight_) exchange_->between_rounds(static_cast<uint64_t>(done));
   // Overlapped time-boxed rounds apply the round before as soon as it is agreed: its agreement
   // times this round's box (Note [Overlapped time-boxed rounds] in exchange/folder_exchange.h).
-  if (in_flight_ && (done >= in_flight_->apply_after_step || (boxed_overlap() && in_flight_agreed()))) {
+  const exchange::RoundRules rules = round_rules();
+  if (in_flight_ && rules.apply_in_flight(done, in_flight_->apply_after_step, in_flight_agreed())) {
     apply_fragment_round();
     reanchor_box(round);
   }
   if (reloaded_) return local.loss;
-  bool box_closed = contributes && config_.round_seconds > 0 && !round_ends_after_step(done) &&
-                    !another_fits(round_box_opened_, round_first_step_, round_inner_steps_);
+  bool box_closed = contributes && !round_ends_after_step(done) && box_.closes(now_s());
   if (box_closed && in_flight_) {  // its agreement first: it may move the box
     apply_fragment_round();
     if (reloaded_) return local.loss;
     reanchor_box(round);
-    box_closed = !another_fits(round_box_opened_, round_first_step_, round_inner_steps_);
+    box_closed = box_.closes(now_s());
   }
   if (box_closed) {
     // The round's other nominal steps are not taken: the schedule, the run's length and the
     // checkpoints count nominal steps, so every worker is at the same step after the round.
     const int64_t end = round_end_after(step_);
-    logger().info(str("round ", round, ": ", round_inner_steps_, " inner step(s) fit in --round-seconds ",
+    logger().info(str("round ", round, ": ", box_.steps(), " inner step(s) fit in --round-seconds ",
                       config_.round_seconds, "; steps ", done + 1, "-", end, " are not taken"));
     step_advance_ = end - step_;
     outer_round(round, 0, config_.overlap_steps > 0);
@@ -148,7 +149,7 @@ double Trainer::diloco_step(double lr) {
 }
 
 void Trainer::offer_partial_delta(uint64_t round) {
-  if (config_.partial_every <= 0 || !exchange_ || in_flight_ || round_inner_steps_ % config_.partial_every != 0) return;
+  if (!exchange_ || !round_rules().partial_due(box_.steps(), in_flight_.has_value())) return;
   // delta_ is free while no round is in flight; the round's own Δ overwrites it when it goes.
   outer_->pseudo_gradient(flat_->params(), fragments_[0], delta_);
   if (eager_) eager_->own_progress(fragments_[0], delta_);  // as the whole Δ
@@ -159,7 +160,9 @@ void Trainer::offer_partial_delta(uint64_t round) {
   exchange_->offer_partial(round, delta_.data_ptr<float>(), static_cast<size_t>(delta_.numel()), mine);
 }
 
-bool Trainer::boxed_overlap() const { return config_.round_seconds > 0 && config_.overlap_steps > 0; }
+exchange::RoundRules Trainer::round_rules() const {
+  return {sync_period(), config_.round_seconds, config_.overlap_steps, config_.partial_every};
+}
 
 bool Trainer::in_flight_agreed() const {
   return !in_flight_->pending.valid() ||
@@ -168,11 +171,9 @@ bool Trainer::in_flight_agreed() const {
 
 // The box of `round` opens with its shard-0 agreement of the round before, once that is known.
 void Trainer::reanchor_box(uint64_t round) {
-  if (!boxed_overlap() || !exchange_ || round_box_of_ != round) return;
+  if (!round_rules().boxed_overlap() || !exchange_ || box_.opens_with(round)) return;
   const double age = exchange_->round_age_s(round);
-  if (age <= 0) return;
-  round_box_opened_ = std::chrono::steady_clock::now() -
-                      std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(age));
+  if (age > 0) box_.reopen(round, now_s() - age);
 }
 
 Trainer::LocalGradient Trainer::emulated_inner_step(double lr) {
@@ -248,11 +249,10 @@ void Trainer::outer_round(uint64_t round, size_t fragment, bool in_background) {
   FragmentRound r;
   r.round = round;
   r.fragment = fragment;
-  r.apply_after_step = step_ + 1 + (in_background ? config_.overlap_steps : 0);
   // A box that closed early skips nominal steps: such a round is applied once agreed (or when
-  // the next box closes), not after a count of steps.
-  if (in_background && boxed_overlap()) r.apply_after_step = std::numeric_limits<int64_t>::max();
-  r.inner_steps = round_inner_steps_;
+  // the next box closes), not after a count of steps (the round policy says so).
+  r.apply_after_step = in_background ? round_rules().apply_after_step(step_ + 1) : step_ + 1;
+  r.inner_steps = box_.steps();
   r.started = std::chrono::steady_clock::now();
   const int64_t tokens = round_tokens_[fragment];
   r.loss = tokens > 0 ? round_loss_sum_[fragment] / static_cast<double>(tokens) : r.ready.loss;
@@ -290,7 +290,7 @@ void Trainer::outer_round(uint64_t round, size_t fragment, bool in_background) {
   // The steps from here on count for the fragment's next round.
   round_tokens_[fragment] = 0;
   round_loss_sum_[fragment] = 0.0;
-  round_inner_steps_ = 0;
+  box_.sent();
   in_flight_ = std::move(r);
   if (!in_background) apply_fragment_round();
 }
@@ -303,7 +303,7 @@ void Trainer::apply_fragment_round() {
     reload_agreed_state();
     return;
   }
-  if (result.control) pending_controls_[result.control->from_round] = *result.control;
+  if (result.control) pending_controls_.add(*result.control);
   // Every step is in one round of each fragment: fragment 0's rounds count each token once.
   if (r.fragment == 0) tokens_ += static_cast<int64_t>(result.tokens);
   const Fragment& fragment = fragments_[r.fragment];

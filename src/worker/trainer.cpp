@@ -125,6 +125,7 @@ Trainer::Trainer(TrainConfig config) : config_(std::move(config)) {
     fragments_ = partition_fragments(flat_->segments(), config_.fragments);
     round_tokens_.assign(fragments_.size(), 0);
     round_loss_sum_.assign(fragments_.size(), 0.0);
+    box_ = exchange::RoundBox(round_rules());
     if (config_.overlap_steps > 0 && config_.late_outer_step == LateOuterStep::eager)
       eager_.emplace(flat_->numel(), fragments_.size(), outer_->hyper());
     if (fragments_.size() > 1) {
@@ -193,8 +194,7 @@ void Trainer::restore(const std::filesystem::path& dir, const model::ModelConfig
       round_tokens_.assign(fragments, ckpt.outer->round_tokens[0]);
       round_loss_sum_.assign(fragments, ckpt.outer->round_loss_sum[0]);
     }
-    round_inner_steps_ = 0;
-    round_box_of_ = 0;  // a resumed round opens a new box
+    box_.forget();  // a resumed round opens a new box
     if (eager_) {
       eager_->forget();
       const bool kept = ckpt.outer && ckpt.outer->eager_offset.defined() && ckpt.outer->eager_tokens.size() == fragments;
@@ -255,16 +255,10 @@ void Trainer::apply_curriculum(int64_t step) {
 
 // Every replica switches at the control's from_round, before computing that round.
 void Trainer::apply_due_control(uint64_t round) {
-  std::optional<exchange::AgreedControl> due;
-  for (auto it = pending_controls_.begin(); it != pending_controls_.end() && it->first <= round;)
-    due = it->second, it = pending_controls_.erase(it);
+  const std::optional<exchange::AgreedControl> due = pending_controls_.take_due(round);
   if (!due || due->json == control_json_) return;
   apply_control(due->json, str("version ", due->version, " from round ", due->from_round).c_str());
   metrics_->write({{"step", step_ + 1}, {"control", nlohmann::json::parse(control_json_)}});
-}
-
-bool Trainer::another_fits(Clock::time_point box_opened, Clock::time_point first_unit, int64_t done) const {
-  return seconds_since(box_opened) + seconds_since(first_unit) / static_cast<double>(done) <= config_.round_seconds;
 }
 
 Trainer::LocalGradient Trainer::compute_gradient(const BatchSampler& sampler, int64_t micro_batch,
@@ -299,7 +293,7 @@ Trainer::LocalGradient Trainer::compute_gradient(const BatchSampler& sampler, in
     ++micro;
     if (boxed) {
       if (runtime_.device.is_cuda()) torch::cuda::synchronize();
-      if (!another_fits(start, start, micro)) break;
+      if (!exchange::another_fits(seconds_since(start), seconds_since(start), micro, config_.round_seconds)) break;
     }
   }
   const double loss_sum = loss_total.item<double>();
@@ -434,7 +428,7 @@ double Trainer::apply_round(const exchange::RoundResult& result, uint64_t round,
     reload_agreed_state();
     return std::numeric_limits<double>::quiet_NaN();
   }
-  if (result.control) pending_controls_[result.control->from_round] = *result.control;
+  if (result.control) pending_controls_.add(*result.control);
   tokens_ += static_cast<int64_t>(result.tokens);
   if (result.skip) {
     // Some worker of the agreed set overflowed: every replica skips this round together.

@@ -12,6 +12,7 @@
 #include "data/token_dataset.h"
 #include "exchange/gradient_exchange.h"
 #include "exchange/live_control.h"
+#include "exchange/round_policy.h"
 #include "model/causal_lm.h"
 #include "worker/backward_stream.h"
 #include "worker/batch_sampler.h"
@@ -101,15 +102,12 @@ class Trainer {
   bool round_ends_after_step(int64_t step) const;  // a DiLoCo round ends when this step is done
   bool mid_round() const;                          // inside a DiLoCo round (not at its end)
   int64_t round_end_after(int64_t step) const;     // the step that ends the DiLoCo round `step` + 1 is in
-  // --round-seconds: whether one more unit, as long as the mean of the `done` units since `first_unit`, still ends
-  // inside the box opened at `box_opened` (earlier than the first unit for a late entrant).
+  // DiLoCo's round rules (Note [Round policy] in exchange/round_policy.h), per fragment's round.
+  exchange::RoundRules round_rules() const;
+  bool in_flight_agreed() const;
   // --round-seconds with --overlap-steps (Note [Overlapped time-boxed rounds] in
   // exchange/folder_exchange.h): the round in flight's agreement opens the next box.
-  bool boxed_overlap() const;
-  bool in_flight_agreed() const;
   void reanchor_box(uint64_t round);
-  bool another_fits(std::chrono::steady_clock::time_point box_opened, std::chrono::steady_clock::time_point first_unit,
-                    int64_t done) const;
   // Every checkpoint_interval steps; in DiLoCo rounds at the end of the round that passed one.
   bool interval_checkpoint_due() const;
   double diloco_step(double lr);                   // one inner step, and the outer round at its end
@@ -216,7 +214,7 @@ class Trainer {
   nlohmann::json spike_event_;  // this step's skip or rollback, for its metrics line; null: none
   TrainConfig flags_;                                        // the values live control overrides
   std::string control_json_ = "{}";                          // in effect now
-  std::map<uint64_t, exchange::AgreedControl> pending_controls_;  // by from_round
+  exchange::PendingControls pending_controls_;
   double lr_multiplier_ = 1.0;
   int64_t round_ = 0;  // exchange rounds applied (per-step: one per step; DiLoCo: one per outer round)
   std::unique_ptr<OuterOptimizer> outer_;
@@ -242,11 +240,8 @@ class Trainer {
   bool contributing_ = true;  // the exchange's last answer (not asked while a round is in flight)
   torch::Tensor delta_;          // the pseudo-gradient handed to the exchange (CPU)
   std::optional<EagerOuter> eager_;  // Note [Eager outer steps]: with --overlap-steps and the eager rule
-  int64_t round_inner_steps_ = 0;  // the inner steps this worker took in the current round
   double step_exchange_wait_s_ = 0;  // this step's time blocked on the exchange (waiting_on_exchange)
-  uint64_t round_box_of_ = 0;      // --round-seconds: the round whose box round_box_opened_ opened
-  std::chrono::steady_clock::time_point round_box_opened_;
-  std::chrono::steady_clock::time_point round_first_step_;  // this worker's first inner step of the box's round
+  exchange::RoundBox box_;  // DiLoCo: the inner steps of the round this worker computes in, and its time box
   // --emulate-workers with DiLoCo: each emulated worker's own parameters and inner moments.
   struct EmulatedReplica {
     torch::Tensor params, exp_avg, exp_avg_sq;

@@ -1,0 +1,52 @@
+#include "exchange/round_policy.h"
+
+#include <algorithm>
+
+namespace gradbox::exchange {
+
+bool RoundRules::partial_due(int64_t steps, bool round_in_flight) const {
+  // In flight, the round before is not applied: a Δ so far would be measured from a θ_g that
+  // is about to move.
+  return partial_every > 0 && !round_in_flight && steps > 0 && steps % partial_every == 0;
+}
+
+int64_t RoundRules::apply_after_step(int64_t sent_after_step) const {
+  return boxed_overlap() ? std::numeric_limits<int64_t>::max() : sent_after_step + overlap_steps;
+}
+
+bool RoundRules::apply_in_flight(int64_t done, int64_t apply_after, bool agreed) const {
+  return done >= apply_after || (boxed_overlap() && agreed);
+}
+
+double RoundRules::seconds_behind_at_most(double step_s) const {
+  const double steps = static_cast<double>(boxed_overlap() ? inner_steps : overlap_steps);
+  return boxed_overlap() ? std::min(steps * step_s, round_seconds) : steps * step_s;
+}
+
+bool another_fits(double since_open_s, double since_first_s, int64_t done, double round_seconds) {
+  return since_open_s + since_first_s / static_cast<double>(done) <= round_seconds;
+}
+
+void RoundBox::open(uint64_t round, double first_step_s, double opened_s) {
+  round_ = round;
+  steps_ = 0;
+  first_step_s_ = first_step_s;
+  opened_s_ = opened_s;
+}
+
+void RoundBox::reopen(uint64_t round, double opened_s) {
+  if (rules_.boxed_overlap() && round == round_) opened_s_ = opened_s;
+}
+
+bool RoundBox::closes(double now_s) const {
+  return rules_.boxed() && steps_ > 0 &&
+         !another_fits(now_s - opened_s_, now_s - first_step_s_, steps_, rules_.round_seconds);
+}
+
+std::optional<AgreedControl> PendingControls::take_due(uint64_t round) {
+  std::optional<AgreedControl> due;
+  for (auto it = pending_.begin(); it != pending_.end() && it->first <= round;) due = it->second, it = pending_.erase(it);
+  return due;
+}
+
+}  // namespace gradbox::exchange
