@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "kernels/adamw_q8.h"
 #include "sim/projection.h"
 #include "sim/token_efficiency.h"
 #include "worker/train_config.h"
@@ -75,6 +76,7 @@ struct Options {
   bool activation_checkpointing = true;
   std::string mode = "per-step";
   std::string codec = "fp16";
+  std::string moments = "fp32";
   bool source_scheme = false;
   bool overlap = false;
   bool worker_logs = false;
@@ -119,6 +121,10 @@ void run(const Options& o) {
   const auto codec = codec_bytes().find(o.codec);
   GB_REQUIRE(codec != codec_bytes().end(), "--codec: unknown '", o.codec, "' (fp16-raw, fp16, int8, int4)");
   c.wire_bytes_per_parameter = codec->second;
+  // A joiner's checkpoint carries the moments as the workers store them.
+  if (worker::parse_moments(o.moments) == worker::MomentStorage::int8)
+    c.moment_bytes_per_parameter = static_cast<double>(kernels::q8_moment_bytes(static_cast<int64_t>(c.model_parameters))) /
+                                   static_cast<double>(c.model_parameters);
   if (o.source_scheme) {  // Article 1: raw fp16 files, every worker waits for every other
     c.mode = sim::ProjectedMode::per_step_all_gather;
     c.wire_bytes_per_parameter = codec_bytes().at("fp16-raw");
@@ -127,14 +133,14 @@ void run(const Options& o) {
     c.upload_cap_gb = o.upload_cap_gb;  // gradbox slows a run down before the cap; the source run had no such rule
   }
   std::printf("%s, %.0f tokens/s per worker (%s), %llu tokens per step; %s, %.2f wire bytes/parameter%s; "
-              "links up %.0f / down %.0f MB/s, lag median %.0f s, p90 %.0f s; sessions %s\n",
+              "checkpoints with %s moments; links up %.0f / down %.0f MB/s, lag median %.0f s, p90 %.0f s; sessions %s\n",
               o.model.c_str(), c.tokens_per_s, o.tokens_per_s > 0 ? "given" : o.gpu.c_str(),
               static_cast<unsigned long long>(c.tokens_per_step), sim::mode_name(c.mode), c.wire_bytes_per_parameter,
               c.mode == sim::ProjectedMode::diloco
                   ? str(", H=", c.inner_steps, c.round_seconds > 0 ? str(", rounds of ", c.round_seconds, " s") : "",
                         c.overlap_steps > 0 ? str(", ", c.overlap_steps, " steps overlapped") : "").c_str()
                   : (c.overlap_steps > 0 ? ", overlapped" : ""),
-              c.upload_mb_s,
+              o.moments.c_str(), c.upload_mb_s,
               c.download_mb_s, c.lag_median_s, c.lag_p90_s,
               c.session_mean_hours > 0 ? str("live ", c.session_mean_hours, " h on average (at most ", c.session_cap_hours,
                                              " h), ", c.setup_minutes, " min to set up").c_str()
@@ -218,6 +224,10 @@ void add_simulate_command(CLI::App& app) {
   cmd->add_option("--upload-cap-gb", o->upload_cap_gb, "Each account's daily upload cap, GB (Drive: about 750)")
       ->capture_default_str();
   cmd->add_option("--codec", o->codec, "fp16-raw, fp16, int8 or int4 (wire bytes per parameter)")->capture_default_str();
+  cmd->add_option("--moments", o->moments,
+                  "The workers' --moments, fp32 or int8: what a joiner's checkpoint carries (GPT-2-Large fits a T4 at "
+                  "the default batch only with int8: gradbox train --memory-report)")
+      ->capture_default_str();
   cmd->add_flag("--source-scheme", o->source_scheme,
                 "The source article's scheme: raw fp16 gradients, every worker waits for all, every step");
   cmd->add_option("--contribution-timeout", o->config.contribution_timeout_s, "Seconds an owner waits for a slow peer")

@@ -79,7 +79,10 @@ class ProjectionRun {
   // [Upload order]) and each file pays the folder's per-file overhead. The simulated state
   // (its parameters, and DiLoCo's outer momentum: a few hundred bytes) is cut into about as
   // many parts, each charged an equal share of the real state.
-  double checkpoint_bytes() const { return static_cast<double>(config_.model_parameters) * 4 * (diloco() ? 5 : 3); }
+  double checkpoint_bytes() const {
+    const double per_parameter = 4 + config_.moment_bytes_per_parameter + (diloco() ? 8 : 0);
+    return static_cast<double>(config_.model_parameters) * per_parameter;
+  }
   uint64_t sim_state_bytes() const { return kSimParameters * sizeof(float) * (diloco() ? 2 : 1); }
   uint64_t sim_part_bytes() const {
     const double real_part = static_cast<double>(exchange::FolderExchangeConfig{}.checkpoint_part_bytes);
@@ -103,7 +106,7 @@ class ProjectionRun {
     f.download_bytes_per_s = config_.download_mb_s * 1e6;
     const double gradient_bytes = static_cast<double>(config_.model_parameters) * config_.wire_bytes_per_parameter;
     // A joiner needs the weights, AdamW's two moments and, with DiLoCo, the global weights and
-    // the outer momentum, all fp32.
+    // the outer momentum.
     const double checkpoint_bytes = this->checkpoint_bytes();
     const uint32_t shard_count = shards();
     const uint64_t model_parts = model_parts_per_checkpoint();

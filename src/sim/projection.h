@@ -14,7 +14,8 @@
 //     MB/s, checkpoint parts only while nothing else waits (Note [Upload order]), and a file is
 //     charged the size it would have for the real model (contributions and reduced shards:
 //     parameters x wire bytes per parameter / shards; a checkpoint's parts: an equal share of
-//     the fp32 state each), while the simulated model itself is tiny;
+//     the state each: fp32 weights, the moments as stored, DiLoCo's fp32 outer state), while
+//     the simulated model itself is tiny;
 //   - the folder: a log-normal visibility lag per (viewer, file), a per-file request overhead,
 //     listings that miss a file for another lag, first copies that are partial;
 //   - sessions' lives: each session dies without warning after an exponential lifetime (capped,
@@ -53,6 +54,10 @@ struct ProjectionConfig {
   // so that a session dying mid-box still contributes its steps (Note [Partial deltas]).
   int partial_every = 0;
   double wire_bytes_per_parameter = 2;      // after the codec (fp16 + zstd ~ 2 / 1.2)
+  // AdamW's two moments in a folder checkpoint: 8 fp32, about 2.06 with 8-bit moments
+  // (--moments int8, Note [8-bit moments]), which GPT-2-Large needs on a T4 at the source run's
+  // batch.
+  double moment_bytes_per_parameter = 8;
   // The source scheme waits for every worker, every step; gradbox bounds the wait.
   bool wait_for_all = false;
   double contribution_timeout_s = 300;

@@ -287,6 +287,12 @@ TEST_F(CliTest, SimulateProjectsAndNamesBadFlags) {
   EXPECT_TRUE(contains(bad_efficiency.output, "--token-efficiency")) << bad_efficiency.output;
 
   argv = small;
+  argv.insert(argv.end(), {"--moments", "int4"});
+  const ProcessResult moments = run_process(argv);
+  EXPECT_EQ(moments.exit_code, 2);
+  EXPECT_TRUE(contains(moments.output, "--moments")) << moments.output;
+
+  argv = small;
   argv.insert(argv.end(), {"--mode", "ring"});
   ProcessResult mode = run_process(argv);
   EXPECT_EQ(mode.exit_code, 2);
