@@ -6,7 +6,8 @@
 // folder checkpoints, repair) on the simulated folder (memory_mirror.h). What is modelled
 // instead of run, and how:
 //   - compute: a worker sleeps tokens_per_step / tokens_per_s per step; with overlap (per
-//     step --overlap, DiLoCo --overlap-steps τ) the next τ steps compute while a round's
+//     step --overlap, DiLoCo --overlap-steps τ) the next τ steps (overlapped boxes: the next
+//     box's, Note [Round policy] in exchange/round_policy.h) compute while a round's
 //     exchange runs, so they are charged only what the exchange's wait did not cover (the
 //     exchange is assumed to take no compute from them: true of a GPU worker, not of the
 //     2-core CPU clusters the validation test runs);
