@@ -1,6 +1,7 @@
+// Over 700 lines because Trainer still holds every sync strategy's state; issue 41 splits it
+// into a session and strategies.
 // The training loop: per-step rounds, checkpoints, joining and repair. DiLoCo rounds are in
-// diloco_rounds.cpp (Note [DiLoCo rounds] in worker/outer_optimizer.h). Over 700 lines because
-// Trainer still holds every sync strategy's state; issue 41 splits it into a session and strategies.
+// diloco_rounds.cpp (Note [DiLoCo rounds] in worker/outer_optimizer.h).
 #include "worker/trainer.h"
 
 #include <algorithm>
