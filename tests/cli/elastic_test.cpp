@@ -259,8 +259,14 @@ void ElasticTest::kill_the_publisher_mid_checkpoint(const fs::path& base, const 
   for (const auto& [name, pid] : pids) EXPECT_EQ(final_model(base, name, o.steps), model) << name;
 }
 
+// Checkpoints every 10 steps and a 2 s failover: the survivors' next local checkpoint (step 20)
+// must not replace step 10's before its failover is due, or the folder simply gets step 20's
+// and nothing is replaced. Every 5 steps with a 3 s failover, a CI run's rounds after the kill
+// (~0.3 s each) got there first.
 TEST_F(ElasticTest, ThePublisherKilledMidCheckpointIsReplacedAndJoinersLoadACompleteOne) {
-  kill_the_publisher_mid_checkpoint(dir("elastic_publisher"), {"--codec", "fp16"}, 8);  // 1.6 MB
+  kill_the_publisher_mid_checkpoint(dir("elastic_publisher"),
+                                    {"--codec", "fp16", "--checkpoint-interval", "10", "--checkpoint-failover", "2"},
+                                    8);  // 1.6 MB
 }
 
 // The same in streaming DiLoCo rounds (two fragments, one a step): the checkpoint also holds θ_g
