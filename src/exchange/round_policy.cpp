@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "common/error.h"
+
 namespace gradbox::exchange {
 
 bool RoundRules::partial_due(int64_t steps, bool round_in_flight) const {
@@ -47,6 +49,27 @@ std::optional<AgreedControl> PendingControls::take_due(uint64_t round) {
   std::optional<AgreedControl> due;
   for (auto it = pending_.begin(); it != pending_.end() && it->first <= round;) due = it->second, it = pending_.erase(it);
   return due;
+}
+
+std::optional<float> EagerShares::share(size_t fragment, uint64_t own_tokens) const {
+  GB_CHECK(fragment < others_.size(), "eager outer step: fragment ", fragment, " of ", others_.size());
+  const int64_t total = others_[fragment] + static_cast<int64_t>(own_tokens);
+  if (others_[fragment] < 0 || total == 0) return std::nullopt;
+  return static_cast<float>(static_cast<double>(own_tokens) / static_cast<double>(total));
+}
+
+void EagerShares::agreed(size_t fragment, uint64_t own_tokens, uint64_t total_tokens) {
+  GB_CHECK(fragment < others_.size(), "eager outer step: fragment ", fragment, " of ", others_.size());
+  GB_CHECK(own_tokens <= total_tokens, "eager outer step: ", own_tokens, " own tokens of ", total_tokens);
+  others_[fragment] = static_cast<int64_t>(total_tokens - own_tokens);
+}
+
+uint64_t own_tokens_agreed(const RoundResult& result, const std::string& worker, uint64_t sent_tokens) {
+  if (result.contributions.empty()) return sent_tokens;
+  uint64_t own = 0;
+  for (const AgreedContribution& c : result.contributions)
+    if (c.worker == worker) own = std::min(c.tokens, result.tokens);
+  return own;
 }
 
 }  // namespace gradbox::exchange

@@ -22,6 +22,8 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "exchange/gradient_exchange.h"
 
@@ -82,6 +84,31 @@ class RoundBox {
   int64_t steps_ = 0;
   double opened_s_ = 0, first_step_s_ = 0;
 };
+
+// The eager rule's share of each fragment's average (Note [Eager outer steps] in
+// worker/eager_outer.h): this worker's tokens over its own plus the others' in the fragment's
+// last agreed round. Unknown before a fragment's first agreement and after a reload or a join;
+// such a round runs the delayed rule.
+class EagerShares {
+ public:
+  explicit EagerShares(size_t fragments = 1) : others_(fragments, -1) {}
+
+  // The share of a Δ of own_tokens going out for `fragment`; none while unknown.
+  std::optional<float> share(size_t fragment, uint64_t own_tokens) const;
+  // `fragment`'s round was agreed over total_tokens, own_tokens of them this worker's.
+  void agreed(size_t fragment, uint64_t own_tokens, uint64_t total_tokens);
+  void forget() { others_.assign(others_.size(), -1); }
+  // Per fragment the others' tokens (-1: unknown), as checkpoints keep them.
+  std::vector<int64_t>& others_tokens() { return others_; }
+  const std::vector<int64_t>& others_tokens() const { return others_; }
+
+ private:
+  std::vector<int64_t> others_;
+};
+
+// This worker's tokens in an agreed round's average: what the agreement names (a partial Δ of
+// its that stood in counts its tokens), else, when the exchange names nobody, all it sent.
+uint64_t own_tokens_agreed(const RoundResult& result, const std::string& worker, uint64_t sent_tokens);
 
 // Agreed live control waiting for the round it names.
 class PendingControls {

@@ -80,7 +80,8 @@ class Scheduler {
     report_.seed = options_.seed;
     report_.pattern = std::string(sharded_ ? "sharded" : "all-gather") +
                       (options_.inner_steps > 1 ? str(", DiLoCo H=", options_.inner_steps) : "") +
-                      (options_.boxed ? ", overlapped boxes, partial deltas" : "");
+                      (options_.boxed ? ", overlapped boxes, partial deltas" : "") +
+                      (options_.eager ? ", eager outer steps" : "");
     for (const std::string& name : founders_) start(name);
     plan_faults();
     sim_.run_until(options_.horizon_s);
@@ -117,6 +118,7 @@ class Scheduler {
       spec.round_seconds = kBoxSeconds;
       spec.overlap_steps = options_.inner_steps - 1;
       spec.partial_every = 2;
+      spec.eager = options_.eager;
       spec.exchange.late_entry = spec.exchange.boxes_from_agreement = spec.exchange.partial_deltas = true;
       spec.exchange.round_seconds = kBoxSeconds;
       // An owner waits a deadline more for partial deltas, inside its failover window.
@@ -210,6 +212,7 @@ class Scheduler {
       }
     }
     for (const auto& [name, rounds] : observer_.resyncs()) report_.repairs += rounds.size();
+    for (const SimObserver::Applied& a : observer_.history()) report_.eager_steps += a.eager_step;
     for (const std::string& name : founders_) {
       const fs::path stats = root_ / name / "local" / "exchange" / "stats.json";
       if (!fs::exists(stats)) continue;
@@ -243,7 +246,8 @@ std::string describe(const ScheduleReport& r) {
   return str("seed ", r.seed, " (", r.pattern, "): ", r.ok ? "ok" : "FAILED: " + r.failure, " | ", r.kills, " kills, ",
              r.pauses, " pauses, ", r.outages, " outages (", r.partitions, " partitions), ", r.divergent_rounds,
              " divergent rounds, ", r.repairs, " repairs, ", r.failovers, " failovers, ", r.self_elections,
-             " self-elections, ", r.blind_waits, " blind waits, ", r.partials_salvaged, " partial deltas pinned, ", static_cast<int64_t>(r.virtual_seconds), " virtual s");
+             " self-elections, ", r.blind_waits, " blind waits, ", r.partials_salvaged, " partial deltas pinned, ", r.eager_steps, " eager steps, ", static_cast<int64_t>(r.virtual_seconds),
+             " virtual s");
 }
 
 }  // namespace gradbox::sim

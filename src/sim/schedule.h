@@ -34,6 +34,9 @@ struct ScheduleOptions {
   // worker's compute, H - 1 steps overlapped) with a partial Δ every other inner step (Note
   // [Overlapped time-boxed rounds], Note [Partial deltas] in exchange/folder_exchange.h).
   bool boxed = false;
+  // With boxed: the eager rule for the rounds applied late (Note [Eager outer steps] in
+  // worker/eager_outer.h); every worker's offset must stay finite and end settled to zero.
+  bool eager = false;
 };
 
 struct ScheduleReport {
@@ -43,6 +46,7 @@ struct ScheduleReport {
   int kills = 0, pauses = 0, outages = 0, partitions = 0;  // partitions: outages of several workers at once
   uint64_t divergent_rounds = 0, repairs = 0, self_elections = 0, failovers = 0, blind_waits = 0;
   uint64_t partials_salvaged = 0;  // partial deltas owners pinned (boxed schedules)
+  uint64_t eager_steps = 0;        // Δs sent with an eager offset step (eager schedules)
   double virtual_seconds = 0;
   std::string pattern;
 };

@@ -13,6 +13,7 @@
 #include "exchange/folder_exchange.h"
 #include "exchange/live_control.h"
 #include "exchange/round_policy.h"
+#include "kernels/sgd.h"
 
 namespace gradbox::sim {
 namespace {
@@ -36,6 +37,22 @@ struct Local {
   uint64_t step = 0;  // rounds applied
   std::vector<float> params;
   std::vector<float> momentum;  // DiLoCo's outer momentum; empty per step
+  // The eager rule's own state (the trainer's EagerOuter): offset, its momentum, the share of
+  // Δ last sent, and the others' tokens; saved with local checkpoints, never agreed on.
+  std::vector<float> offset, offset_momentum, sent_share;
+  exchange::EagerShares shares;
+
+  // A round applied at once: no offset (EagerOuter::settle).
+  void forget_eager_offset() {
+    std::fill(offset.begin(), offset.end(), 0.0f);
+    std::fill(offset_momentum.begin(), offset_momentum.end(), 0.0f);
+    std::fill(sent_share.begin(), sent_share.end(), 0.0f);
+  }
+  // A join or a reload of the agreed state: nothing known (EagerOuter::forget).
+  void forget_eager() {
+    forget_eager_offset();
+    shares.forget();
+  }
 
   // What replicas agree on: the parameters, then the momentum.
   std::vector<float> state() const {
@@ -63,8 +80,14 @@ fs::path write_checkpoint(const fs::path& run_dir, const Local& local) {
   const std::vector<float> state = local.state();
   replace_file(temp / "model.safetensors",
                     std::string_view(reinterpret_cast<const char*>(state.data()), state.size() * sizeof(float)));
-  replace_file(temp / "optimizer.safetensors", "");
-  replace_file(temp / "state.json", nlohmann::json{{"step", local.step}}.dump());
+  // As the trainer keeps the eager state: tensors beside the optimizer's, tokens in state.json.
+  std::vector<float> eager = local.offset;
+  eager.insert(eager.end(), local.offset_momentum.begin(), local.offset_momentum.end());
+  eager.insert(eager.end(), local.sent_share.begin(), local.sent_share.end());
+  replace_file(temp / "optimizer.safetensors",
+               std::string_view(reinterpret_cast<const char*>(eager.data()), eager.size() * sizeof(float)));
+  replace_file(temp / "state.json",
+               nlohmann::json{{"step", local.step}, {"eager_tokens", local.shares.others_tokens()}}.dump());
   replace_file(temp / "manifest.json", nlohmann::json{{"step", local.step}}.dump());
   fs::remove_all(dir, ec);
   fs::rename(temp, dir);
@@ -79,6 +102,18 @@ Local read_checkpoint(const fs::path& dir, size_t parameters) {
   std::copy(bytes.begin(), bytes.end(), reinterpret_cast<char*>(state.data()));
   local.params.assign(state.begin(), state.begin() + static_cast<std::ptrdiff_t>(std::min(parameters, state.size())));
   local.momentum.assign(state.begin() + static_cast<std::ptrdiff_t>(local.params.size()), state.end());
+  const nlohmann::json meta = nlohmann::json::parse(read_file(dir / "state.json"));
+  const std::string eager = read_file(dir / "optimizer.safetensors");
+  local.offset.assign(parameters, 0.0f);
+  local.offset_momentum.assign(parameters, 0.0f);
+  local.sent_share.assign(parameters, 0.0f);
+  if (meta.contains("eager_tokens") && eager.size() == 3 * parameters * sizeof(float)) {
+    const float* saved = reinterpret_cast<const float*>(eager.data());
+    std::copy(saved, saved + parameters, local.offset.begin());
+    std::copy(saved + parameters, saved + 2 * parameters, local.offset_momentum.begin());
+    std::copy(saved + 2 * parameters, saved + 3 * parameters, local.sent_share.begin());
+    local.shares.others_tokens() = meta.at("eager_tokens").get<std::vector<int64_t>>();
+  }
   return local;
 }
 
@@ -153,11 +188,21 @@ void run_sim_worker(const SimWorkerSpec& spec, mirror::Mirror& mirror, mirror::C
   const bool diloco = spec.inner_steps > 1;
   observer.started(spec.name, clock.now_s());
   std::optional<Local> resumed = newest_local_checkpoint(spec.run_dir, spec.parameters);
-  Local local = resumed ? *resumed : Local{0, initial_parameters(spec.parameters), {}};
+  Local local;
+  if (resumed) local = *resumed;
+  else local.params = initial_parameters(spec.parameters);
   if (diloco && local.momentum.empty()) local.momentum.assign(spec.parameters, 0.0f);
   auto exchange = exchange::make_folder_exchange(spec.exchange, mirror, clock);
   const exchange::JoinPlan plan = exchange->join(spec.run_dir, resumed ? static_cast<int64_t>(local.step) : -1);
-  if (plan.checkpoint) local = read_checkpoint(*plan.checkpoint, spec.parameters);
+  if (plan.checkpoint) {
+    local = read_checkpoint(*plan.checkpoint, spec.parameters);
+    local.forget_eager();  // the publisher's, not this worker's
+  }
+  // The eager rule applies to rounds applied late: sent in the background (overlap), not the run's last.
+  const bool eager = diloco && spec.eager && spec.overlap_steps > 0;
+  local.offset.resize(spec.parameters, 0.0f);
+  local.offset_momentum.resize(spec.parameters, 0.0f);
+  local.sent_share.resize(spec.parameters, 0.0f);
   auto checkpoint = [&] {
     const fs::path dir = write_checkpoint(spec.run_dir, local);
     exchange->after_checkpoint(local.step, dir, 0, checksum_of(local.state()));
@@ -167,6 +212,7 @@ void run_sim_worker(const SimWorkerSpec& spec, mirror::Mirror& mirror, mirror::C
     const std::optional<fs::path> dir = exchange->fetch_agreed_state(spec.run_dir);
     GB_CHECK(dir.has_value(), "no agreed state to reload");
     local = read_checkpoint(*dir, spec.parameters);
+    local.forget_eager();
     // Local checkpoints past the agreed state hold the abandoned one (the trainer does the same).
     std::error_code ec;
     for (fs::directory_iterator it(spec.run_dir / "checkpoints", ec), end; !ec && it != end; it.increment(ec))
@@ -198,8 +244,10 @@ void run_sim_worker(const SimWorkerSpec& spec, mirror::Mirror& mirror, mirror::C
   exchange::PendingControls pending_controls;
   // DiLoCo: inner SGD steps from the global parameters; grad becomes the delta global - inner.
   // Returns the steps taken: all of them, or (time-boxed) as many as fit, as the trainer does.
+  std::vector<float> start(spec.parameters);
   auto inner_steps = [&](uint64_t round) {
-    inner = local.params;
+    for (size_t i = 0; i < inner.size(); ++i) start[i] = local.params[i] + (eager ? local.offset[i] : 0.0f);
+    inner = start;
     const double entered = clock.now_s();
     // The exchange returned at the round before's agreement, which (overlapped boxes) opens
     // this round's box; the steps computed behind that exchange began overlapped_s earlier.
@@ -218,12 +266,13 @@ void run_sim_worker(const SimWorkerSpec& spec, mirror::Mirror& mirror, mirror::C
       // seconds_behind_at_most already held it to: the reopened box judges the steps after it.
       if (taken == spec.inner_steps || (!behind_exchange && box.closes(clock.now_s()))) break;
       if (rules.partial_due(box.steps(), behind_exchange)) {
-        for (size_t i = 0; i < inner.size(); ++i) grad[i] = local.params[i] - inner[i];
+        for (size_t i = 0; i < inner.size(); ++i) grad[i] = start[i] - inner[i];
         exchange->offer_partial(round, grad.data(), grad.size(),
                                 {spec.tokens_per_round * static_cast<uint64_t>(taken * accum), 1.0, false});
       }
     }
-    for (size_t i = 0; i < inner.size(); ++i) grad[i] = local.params[i] - inner[i];
+    // Δ = θ_g + o - θ_local: the worker's progress since its own start.
+    for (size_t i = 0; i < inner.size(); ++i) grad[i] = start[i] - inner[i];
     return taken;
   };
   auto outer_step = [&] {
@@ -253,6 +302,17 @@ void run_sim_worker(const SimWorkerSpec& spec, mirror::Mirror& mirror, mirror::C
         std::fill(grad.begin(), grad.end(), 0.0f);
       }
       if (contributes && spec.corrupt_contribution) spec.corrupt_contribution(round, grad);
+      // The eager offset steps on this Δ at its send, as the trainer's point of merge does.
+      bool eager_step = false;
+      if (eager && contributes && round < spec.rounds) {
+        if (const std::optional<float> share = local.shares.share(0, mine.tokens)) {
+          kernels::eager_offset_step_cpu(local.offset.data(), local.offset_momentum.data(), local.sent_share.data(),
+                                         grad.data(), *share, local.params.data(), inner.data(),  // scratch
+                                         static_cast<int64_t>(grad.size()), static_cast<float>(spec.outer_lr),
+                                         static_cast<float>(spec.outer_momentum), true);
+          eager_step = true;
+        }
+      }
       const double exchange_began = clock.now_s();
       const exchange::RoundResult result = exchange->all_reduce(round, grad.data(), grad.size(), mine);
       // The next round's steps ran behind this exchange, as many as the policy lets a round lag.
@@ -269,6 +329,12 @@ void run_sim_worker(const SimWorkerSpec& spec, mirror::Mirror& mirror, mirror::C
       if (!result.skip && diloco) outer_step();
       else if (!result.skip)
         for (size_t i = 0; i < local.params.size(); ++i) local.params[i] -= static_cast<float>(spec.lr) * grad[i];
+      if (eager) {
+        if (!eager_step) local.forget_eager_offset();  // a round applied at once left θ_g
+        if (!result.skip && result.tokens > 0)
+          local.shares.agreed(0, exchange::own_tokens_agreed(result, spec.name, mine.tokens), result.tokens);
+        for (const float o : local.offset) GB_CHECK(std::isfinite(o), spec.name, ": the eager offset is not finite after round ", round);
+      }
       local.step = round;
       if (round == spec.perturb_after_round && !perturbed) {
         perturbed = true;
@@ -278,7 +344,7 @@ void run_sim_worker(const SimWorkerSpec& spec, mirror::Mirror& mirror, mirror::C
       exchange->after_update(round, state.data(), state.size());
       observer.applied({spec.name, round, checksum_of(state), contributes, taken, result.wait_seconds,
                         result.contributors, result.tokens, clock.now_s(), accum,
-                        overlapped_s / (spec.compute_s * static_cast<double>(accum))},
+                        overlapped_s / (spec.compute_s * static_cast<double>(accum)), eager_step},
                        result.contributions);
       if (spec.checkpoint_interval > 0 && round % static_cast<uint64_t>(spec.checkpoint_interval) == 0) checkpoint();
     }
@@ -295,6 +361,8 @@ void run_sim_worker(const SimWorkerSpec& spec, mirror::Mirror& mirror, mirror::C
     reload();
     run_rounds();
   }
+  for (const float o : local.offset)
+    GB_CHECK(o == 0.0f, spec.name, ": the eager offset was not settled by the run's last round (", o, ")");
   checkpoint();
   exchange->leave();
   observer.finished(spec.name, checksum_of(local.state()), clock.now_s());

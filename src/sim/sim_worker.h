@@ -48,6 +48,12 @@ struct SimWorkerSpec {
   // > 0 (with overlapped time-boxed rounds): the Δ so far goes out every this many inner steps
   // while the box is open (Note [Partial deltas] in exchange/folder_exchange.h).
   int partial_every = 0;
+  // With overlap_steps > 0: the eager rule for rounds applied late (--late-outer-step eager,
+  // Note [Eager outer steps] in worker/eager_outer.h), the trainer's share rule and offset step
+  // on the toy model: inner steps start from θ_g + the worker's offset, which is its own (saved
+  // with its local checkpoints, forgotten by a join or a reload) and settled to zero by a round
+  // applied at once (the run's last); θ_g and the outer momentum are what replicas agree on.
+  bool eager = false;
   // Fault injection: after this round the replica's parameters are nudged once, as a silent
   // divergence (a bad GPU, a flipped bit) would (0: never).
   uint64_t perturb_after_round = 0;
@@ -74,6 +80,7 @@ class SimObserver {
     // With overlap: the steps this worker computed while the round's exchange ran (its own
     // wait, in steps, up to τ): how late the outer step landed under its inner steps.
     double overlapped_steps = 0;
+    bool eager_step = false;  // its Δ went out with an eager offset step (the share was known)
   };
   void applied(const Applied& a, std::vector<exchange::AgreedContribution> contributions = {});
   // A worker took one step of compute (an inner step, or a per-step round's gradient) for `round`.

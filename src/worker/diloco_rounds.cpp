@@ -336,13 +336,7 @@ void Trainer::apply_fragment_round() {
   if (replicas_.empty() && eager_ && !skip) {
     // This worker's share of the average: what the agreement names (a partial Δ of its stood in
     // for it: its tokens, with the whole Δ as the nearest known), else all of its tokens.
-    uint64_t own = r.own_tokens;
-    if (!result.contributions.empty()) {
-      own = 0;
-      for (const exchange::AgreedContribution& c : result.contributions)
-        if (c.worker == config_.worker) own = std::min(c.tokens, result.tokens);
-    }
-    eager_->agreed(r.fragment, own, result.tokens);
+    eager_->agreed(r.fragment, exchange::own_tokens_agreed(result, config_.worker, r.own_tokens), result.tokens);
   }
   round_ = static_cast<int64_t>(r.round);
   const std::string part = fragments_.size() > 1 ? str(" fragment ", r.fragment, ":") : "";

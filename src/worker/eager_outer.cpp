@@ -18,7 +18,7 @@ EagerOuter::EagerOuter(int64_t numel, size_t fragments, OuterHyper hyper)
       offset_(torch::zeros({numel}, torch::kFloat32)),
       momentum_(torch::zeros({numel}, torch::kFloat32)),
       sent_share_(torch::zeros({numel}, torch::kFloat32)),
-      others_tokens_(fragments, -1) {}
+      shares_(fragments) {}
 
 void EagerOuter::own_progress(const Fragment& fragment, torch::Tensor& delta) const {
   check_cpu_fp32(delta, fragment.numel, "a Δ");
@@ -30,19 +30,17 @@ void EagerOuter::own_progress(const Fragment& fragment, torch::Tensor& delta) co
 
 bool EagerOuter::send(size_t p, const Fragment& fragment, const torch::Tensor& own_delta, uint64_t own_tokens,
                       const torch::Tensor& global, torch::Tensor& params) {
-  GB_CHECK(p < others_tokens_.size(), "eager outer step: fragment ", p, " of ", others_tokens_.size());
-  const int64_t total = others_tokens_[p] + static_cast<int64_t>(own_tokens);
-  if (others_tokens_[p] < 0 || total == 0) return false;
+  const std::optional<float> share = shares_.share(p, own_tokens);
+  if (!share) return false;
   check_cpu_fp32(own_delta, fragment.numel, "a Δ");
   torch::NoGradGuard no_grad;
-  const float share = static_cast<float>(static_cast<double>(own_tokens) / static_cast<double>(total));
   // On a GPU the step runs on host copies of θ_g and of the new parameters, range by range.
   const bool on_cpu = params.is_cpu() && global.is_cpu();
   for_each_range(fragment, [&](int64_t begin, int64_t n, int64_t at) {
     const torch::Tensor g = on_cpu ? global.narrow(0, begin, n) : global.narrow(0, begin, n).cpu().contiguous();
     torch::Tensor local = on_cpu ? params.narrow(0, begin, n) : torch::empty({n}, torch::kFloat32);
     kernels::eager_offset_step_cpu(offset_.data_ptr<float>() + begin, momentum_.data_ptr<float>() + begin,
-                                   sent_share_.data_ptr<float>() + begin, own_delta.data_ptr<float>() + at, share,
+                                   sent_share_.data_ptr<float>() + begin, own_delta.data_ptr<float>() + at, *share,
                                    g.data_ptr<float>(), local.data_ptr<float>(), n, static_cast<float>(hyper_.lr),
                                    static_cast<float>(hyper_.momentum), hyper_.nesterov);
     if (!on_cpu) params.narrow(0, begin, n).copy_(local);
@@ -51,9 +49,7 @@ bool EagerOuter::send(size_t p, const Fragment& fragment, const torch::Tensor& o
 }
 
 void EagerOuter::agreed(size_t p, uint64_t own_tokens, uint64_t total_tokens) {
-  GB_CHECK(p < others_tokens_.size(), "eager outer step: fragment ", p, " of ", others_tokens_.size());
-  GB_CHECK(own_tokens <= total_tokens, "eager outer step: ", own_tokens, " own tokens of ", total_tokens);
-  others_tokens_[p] = static_cast<int64_t>(total_tokens - own_tokens);
+  shares_.agreed(p, own_tokens, total_tokens);
 }
 
 void EagerOuter::settle(const Fragment& fragment) {
@@ -68,7 +64,7 @@ void EagerOuter::forget() {
   offset_.zero_();
   momentum_.zero_();
   sent_share_.zero_();
-  std::fill(others_tokens_.begin(), others_tokens_.end(), -1);
+  shares_.forget();
 }
 
 }  // namespace gradbox::worker

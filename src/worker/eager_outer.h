@@ -42,6 +42,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "exchange/round_policy.h"
 #include "worker/fragments.h"
 #include "worker/outer_optimizer.h"
 
@@ -67,12 +68,12 @@ class EagerOuter {
   torch::Tensor& offset() { return offset_; }
   torch::Tensor& momentum() { return momentum_; }
   torch::Tensor& sent_share() { return sent_share_; }
-  std::vector<int64_t>& others_tokens() { return others_tokens_; }
+  std::vector<int64_t>& others_tokens() { return shares_.others_tokens(); }
 
  private:
   OuterHyper hyper_;
   torch::Tensor offset_, momentum_, sent_share_;
-  std::vector<int64_t> others_tokens_;
+  exchange::EagerShares shares_;  // the share rule, shared with the simulator
 };
 
 }  // namespace gradbox::worker

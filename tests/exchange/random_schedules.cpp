@@ -11,12 +11,16 @@
 int main(int argc, char** argv) {
   uint64_t from = 1, count = 1000, rounds = 60;
   int workers = 8;
-  bool quiet = false;
+  int inner_steps = 1;
+  bool boxed = false, eager = false, quiet = false;
   CLI::App app{"random_schedules: the folder protocol under random faults, in virtual time"};
   app.add_option("--from", from, "First seed")->capture_default_str();
   app.add_option("--count", count, "Seeds to run")->capture_default_str();
   app.add_option("--workers", workers, "Workers per run")->capture_default_str();
   app.add_option("--rounds", rounds, "Rounds per run")->capture_default_str();
+  app.add_option("--inner-steps", inner_steps, "> 1: DiLoCo rounds of this many inner steps")->capture_default_str();
+  app.add_flag("--boxed", boxed, "DiLoCo: overlapped time-boxed rounds with partial deltas");
+  app.add_flag("--eager", eager, "With --boxed: the eager rule for rounds applied late");
   app.add_flag("--quiet", quiet, "Print only failing seeds and the summary");
   CLI11_PARSE(app, argc, argv);
   const auto start = std::chrono::steady_clock::now();
@@ -26,6 +30,9 @@ int main(int argc, char** argv) {
     options.seed = seed;
     options.workers = workers;
     options.rounds = rounds;
+    options.inner_steps = inner_steps;
+    options.boxed = boxed;
+    options.eager = eager;
     const gradbox::sim::ScheduleReport report = gradbox::sim::run_schedule(options);
     failed += report.ok ? 0 : 1;
     divergent += report.divergent_rounds;

@@ -139,5 +139,28 @@ TEST(RoundPolicy, ControlSwitchesAtTheRoundItNamesTheNewestWinning) {
   EXPECT_FALSE(pending.take_due(12).has_value());
 }
 
+TEST(RoundPolicy, TheEagerShareIsOwnTokensOverOwnAndTheOthersOfTheLastAgreedRound) {
+  EagerShares shares(2);
+  EXPECT_FALSE(shares.share(0, 100).has_value());  // nothing agreed yet: the delayed rule
+  shares.agreed(0, 100, 400);                      // the others had 300
+  ASSERT_TRUE(shares.share(0, 100).has_value());
+  EXPECT_FLOAT_EQ(*shares.share(0, 100), 0.25f);
+  EXPECT_FLOAT_EQ(*shares.share(0, 300), 0.5f);   // this round's own tokens, the others' last
+  EXPECT_FALSE(shares.share(1, 100).has_value());  // per fragment
+  shares.forget();
+  EXPECT_FALSE(shares.share(0, 100).has_value());
+  EXPECT_THROW(shares.agreed(0, 500, 400), std::exception);
+  EXPECT_THROW(shares.share(2, 1), std::exception);
+}
+
+TEST(RoundPolicy, OwnTokensInAnAgreementAreWhatItNamesElseAllThatWasSent) {
+  RoundResult result;
+  result.tokens = 900;
+  EXPECT_EQ(own_tokens_agreed(result, "a", 300), 300u);  // the exchange names nobody
+  result.contributions = {{"a", 200, true}, {"b", 700, false}};
+  EXPECT_EQ(own_tokens_agreed(result, "a", 300), 200u);  // its partial Δ stood in
+  EXPECT_EQ(own_tokens_agreed(result, "c", 300), 0u);    // left out
+}
+
 }  // namespace
 }  // namespace gradbox::exchange

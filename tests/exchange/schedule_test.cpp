@@ -41,21 +41,31 @@ TEST(RandomSchedules, DilocoSeeds3001To3040) {
 
 // Overlapped time-boxed DiLoCo rounds with partial deltas (the mode of the README's headline):
 // boxes close together, late entrants and members left out re-enter, and an owner pins a dead
-// or late member's partial delta; the same invariants hold.
+// or late member's partial delta; the same invariants hold. Odd seeds run the eager rule: each
+// worker's own offset survives its restarts, is forgotten by joins and reloads, and is settled
+// by the run's last round.
 TEST(RandomSchedules, OverlappedBoxesWithPartialDeltasSeeds4001To4040) {
   const uint64_t count = std::getenv("GRADBOX_SCHEDULES") ? std::atoll(std::getenv("GRADBOX_SCHEDULES")) : 40;
-  uint64_t salvaged_runs = 0;
+  uint64_t salvaged_runs = 0, eager_runs = 0;
   for (uint64_t seed = 4001; seed < 4001 + count; ++seed) {
     ScheduleOptions options;
     options.seed = seed;
     options.inner_steps = 8;
     options.boxed = true;
+    options.eager = seed % 2 == 1;
     options.rounds = 30;
     const ScheduleReport report = run_schedule(options);
     EXPECT_TRUE(report.ok) << describe(report);
     salvaged_runs += report.partials_salvaged > 0;
+    if (options.eager) {
+      EXPECT_GT(report.eager_steps, 0u) << describe(report);
+      ++eager_runs;
+    } else {
+      EXPECT_EQ(report.eager_steps, 0u) << describe(report);
+    }
   }
   EXPECT_GT(salvaged_runs, count / 4) << "kills and pauses mid-box should leave partial deltas to pin";
+  EXPECT_GE(eager_runs, count / 2);
 }
 
 // Seeds that broke an invariant while the protocol was being split into parts, each a
