@@ -140,7 +140,14 @@ Trainer::Trainer(TrainConfig config) : config_(std::move(config)) {
   flags_ = config_;
   std::filesystem::create_directories(config_.out_dir);
   if (std::optional<std::filesystem::path> latest = find_latest_checkpoint(config_.out_dir)) {
-    restore(*latest, mc);
+    const std::string writer = restore(*latest, mc);
+    // A folder checkpoint adopted at a join (and not yet replaced by one of this worker's own)
+    // holds its publisher's progress in its rounds: this worker takes only the run's state.
+    if (outer_ && writer != config_.worker) {
+      logger().info(str(latest->string(), " was written by ", writer.empty() ? "an unnamed worker" : writer,
+                        ": resuming from the run's state (θ_g), without that worker's progress in its rounds"));
+      keep_only_the_runs_state();
+    }
     resumed_ = true;
   }
 
@@ -166,7 +173,7 @@ Trainer::Trainer(TrainConfig config) : config_(std::move(config)) {
   logger().info(str("model: ", mc.to_json().dump(), " (", flat_->numel(), " parameters)"));
 }
 
-void Trainer::restore(const std::filesystem::path& dir, const model::ModelConfig& mc) {
+std::string Trainer::restore(const std::filesystem::path& dir, const model::ModelConfig& mc) {
   CheckpointData ckpt = load_checkpoint(dir);
   GB_REQUIRE(identity(ckpt.state.model_config) == identity(mc.to_json()), "--model ", config_.model, ": run folder ",
              config_.out_dir.string(), " holds a checkpoint of a different model (", dir.string(),
@@ -223,6 +230,7 @@ void Trainer::restore(const std::filesystem::path& dir, const model::ModelConfig
   pending_controls_.clear();
   apply_control(ckpt.state.control.dump(), "from the checkpoint");
   logger().info(str("resumed from ", dir.string(), " at step ", step_));
+  return ckpt.state.train_config.value("worker", std::string());
 }
 
 void Trainer::apply_control(const std::string& json, const char* why) {
@@ -447,8 +455,16 @@ void Trainer::report_state_after(uint64_t round) {
   exchange_->after_update(round, state.data_ptr<float>(), static_cast<size_t>(state.numel()));
 }
 
+const torch::Tensor& Trainer::agreed_parameters() const {
+  GB_CHECK(outer_, "agreed_parameters: not a DiLoCo run");
+  const bool before_first_round =
+      step_ <= config_.sync_warmup_steps &&
+      std::all_of(round_tokens_.begin(), round_tokens_.end(), [](int64_t t) { return t == 0; });
+  return before_first_round ? flat_->params() : outer_->global();
+}
+
 torch::Tensor Trainer::replica_state() const {
-  if (outer_) return torch::cat({outer_->global().to(torch::kCPU), outer_->momentum().to(torch::kCPU)});
+  if (outer_) return torch::cat({agreed_parameters().to(torch::kCPU), outer_->momentum().to(torch::kCPU)});
   return flat_->params().device().is_cpu() ? flat_->params() : flat_->params().to(torch::kCPU);
 }
 
@@ -536,17 +552,20 @@ void Trainer::reload_agreed_state() {
   reloaded_ = true;
 }
 
+void Trainer::keep_only_the_runs_state() {
+  if (!outer_) return;
+  // The run's state is θ_g: the publisher's local progress on fragments between their rounds
+  // is its own, and would be counted twice (one fragment: they are equal anyway).
+  torch::NoGradGuard no_grad;
+  flat_->params().copy_(outer_->global());
+  std::fill(round_tokens_.begin(), round_tokens_.end(), 0);
+  std::fill(round_loss_sum_.begin(), round_loss_sum_.end(), 0.0);
+  if (eager_) eager_->forget();  // another worker's view of the others
+}
+
 void Trainer::adopt_fetched(const std::filesystem::path& dir) {
   restore(dir, model_->config());
-  if (outer_) {
-    // The folder's state is θ_g: the publisher's local progress on fragments between their
-    // rounds is its own, and would be counted twice (one fragment: they are equal anyway).
-    torch::NoGradGuard no_grad;
-    flat_->params().copy_(outer_->global());
-    std::fill(round_tokens_.begin(), round_tokens_.end(), 0);
-    std::fill(round_loss_sum_.begin(), round_loss_sum_.end(), 0.0);
-    if (eager_) eager_->forget();  // another worker's view of the others
-  }
+  keep_only_the_runs_state();
   // Local checkpoints past the agreed state hold the abandoned one: a restart must not resume
   // them. The fetched folder is named by its rounds; it becomes this step's checkpoint.
   adopt_checkpoint(config_.out_dir, dir, step_);
@@ -568,7 +587,7 @@ std::filesystem::path Trainer::checkpoint() {
   std::optional<OuterState> outer;
   if (outer_) {
     outer.emplace();
-    outer->global = outer_->global();
+    outer->global = agreed_parameters();  // what a joiner or a reload adopts
     outer->momentum = outer_->momentum();
     outer->round_tokens = round_tokens_;
     outer->round_loss_sum = round_loss_sum_;

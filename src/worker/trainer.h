@@ -99,6 +99,9 @@ class Trainer {
   LocalGradient emulated_gradient();
   // --sync diloco (Note [DiLoCo rounds] in worker/outer_optimizer.h).
   bool in_diloco_phase() const { return outer_ && step_ >= config_.sync_warmup_steps; }
+  // The run's parameters: θ_g, or the parameters themselves before the first DiLoCo round
+  // (--sync-warmup-steps' per-step rounds), which sets θ_g from them as its first step begins.
+  const torch::Tensor& agreed_parameters() const;
   bool round_ends_after_step(int64_t step) const;  // a DiLoCo round ends when this step is done
   bool mid_round() const;                          // inside a DiLoCo round (not at its end)
   int64_t round_end_after(int64_t step) const;     // the step that ends the DiLoCo round `step` + 1 is in
@@ -134,11 +137,12 @@ class Trainer {
   // over `tokens` tokens) at its share.
   torch::Tensor point_of_merge(EagerOuter* eager, size_t fragment, const torch::Tensor& own_delta, uint64_t tokens,
                                torch::Tensor& params);
-  // What replicas must agree on after a round, on the CPU: the parameters, then (DiLoCo) the
-  // outer momentum. Fingerprints and folder checkpoints' checksums cover it.
+  // What replicas must agree on after a round, on the CPU: agreed_parameters(), then (DiLoCo)
+  // the outer momentum. Fingerprints and folder checkpoints' checksums cover it.
   torch::Tensor replica_state() const;
   uint64_t replica_state_checksum() const;
   void adopt_fetched(const std::filesystem::path& dir);  // restore a fetched checkpoint and keep it as this step's
+  void keep_only_the_runs_state();  // DiLoCo: parameters := θ_g, nothing of a round in progress
   void skip_step(const char* why);
   // Clip and step on the flat grads (scaled by grad_scale) of a step whose loss is `loss`; false
   // when skipped: non-finite, or a spike (Note [Spike guard], which may also roll back).
@@ -166,7 +170,8 @@ class Trainer {
   std::filesystem::path checkpoint();
   void warn_if_disk_low(const std::filesystem::path& checkpoint_dir);
   // Parameters, moments, step and live control from a checkpoint folder (resume, join, repair).
-  void restore(const std::filesystem::path& dir, const model::ModelConfig& mc);
+  // Returns who wrote the checkpoint (its --worker; empty for a run without one).
+  std::string restore(const std::filesystem::path& dir, const model::ModelConfig& mc);
   // Live control (Note [Live control] in folder_exchange.h): the flags are the base, the agreed
   // control overrides them from its round on.
   void apply_control(const std::string& json, const char* why);

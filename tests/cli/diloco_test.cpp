@@ -276,6 +276,46 @@ TEST_F(DilocoTest, WarmUpStepsArePerStepRoundsAndDiLoCoRoundsFollow) {
   EXPECT_EQ(rounds[1]["step"], 20);
 }
 
+// A checkpoint another worker wrote (a folder checkpoint adopted at a join, when the joiner
+// restarts before writing one of its own) gives only the run's state: θ_g, not that worker's
+// progress in the fragments' rounds under way, which it counts itself.
+TEST_F(DilocoTest, ResumingFromAnotherWorkersCheckpointTakesOnlyTheRunsState) {
+  const fs::path base = dir("diloco_foreign_checkpoint");
+  const std::vector<std::string> flags = {"--sync", "diloco", "--inner-steps", "4", "--fragments", "2"};
+  auto as = [&](const fs::path& run, const std::string& worker, std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv = tiny(run, flags);
+    argv.insert(argv.end(), {"--worker", worker, "--peers", worker, "--shared", (base / (worker + "_shared")).string(),
+                             "--sync-backend", "sim",
+                             // Alone in its run: a resumed worker waits until its old self is stale before it goes on.
+                             "--failover-timeout", "2", "--contribution-timeout", "1", "--deadline-floor", "0.5",
+                             "--stale-after", "2", "--heartbeat-interval", "0.5"});
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return argv;
+  };
+  const ProcessResult first = run_process(as(base / "x", "x", {"--stop-at-step", "7"}));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const nlohmann::json state = nlohmann::json::parse(read_bytes(final_checkpoint(base / "x", 7) / "state.json"));
+  ASSERT_GT(state["outer"]["round_tokens"][0].get<int64_t>() + state["outer"]["round_tokens"][1].get<int64_t>(), 0);
+  fs::create_directories(base / "y" / "checkpoints");
+  fs::copy(final_checkpoint(base / "x", 7), final_checkpoint(base / "y", 7), fs::copy_options::recursive);
+
+  const ProcessResult own = run_process(as(base / "x", "x"));
+  ASSERT_EQ(own.exit_code, 0) << own.output;
+  EXPECT_FALSE(contains(own.output, "was written by")) << own.output;
+  const ProcessResult foreign = run_process(as(base / "y", "y"));
+  ASSERT_EQ(foreign.exit_code, 0) << foreign.output;
+  EXPECT_TRUE(contains(foreign.output, "was written by x")) << foreign.output;
+  // The first round after step 7: x's holds its steps before the stop, y's only its own.
+  auto first_round_after = [&](const fs::path& run) {
+    for (const nlohmann::json& r : records(run, "round"))
+      if (r["step"].get<int>() > 7) return r["round_tokens"].get<int64_t>();
+    return int64_t{-1};
+  };
+  const int64_t kept = first_round_after(base / "x"), fresh = first_round_after(base / "y");
+  ASSERT_GT(fresh, 0);
+  EXPECT_LT(fresh, kept);
+}
+
 // A stop inside a round (Ctrl-C) keeps the round's progress: the resumed run ends on the same
 // bytes as one that never stopped.
 TEST_F(DilocoTest, AStopInsideARoundResumesBitForBit) {

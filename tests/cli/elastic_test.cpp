@@ -402,6 +402,35 @@ TEST_F(ElasticTest, DilocoRoundsSurviveKillsInsideARoundAndWhilePublishingAndLet
   for (const nlohmann::json& r : records(base / "a", "round")) EXPECT_EQ(r["step"].get<int>() % 4, 0) << r.dump();
 }
 
+// A joiner during --sync-warmup-steps' per-step rounds starts from the warmed-up parameters:
+// until the first DiLoCo round the run's state is the parameters, not θ_g (still the initial
+// weights then). It once adopted θ_g, trained on from the initial weights unnoticed (the
+// fingerprints compared θ_g too) and was repaired only after the first DiLoCo round.
+TEST_F(ElasticTest, ADiLoCoJoinerDuringTheWarmUpStartsFromTheWarmedUpParameters) {
+  const fs::path base = dir("elastic_warmup_join");
+  const int warmup = 40, steps = 52;
+  const std::vector<std::string> sync = {"--sync", "diloco", "--inner-steps", "4", "--sync-warmup-steps",
+                                         std::to_string(warmup)};
+  std::map<std::string, pid_t> pids;
+  for (const std::string name : {"a", "b"}) pids[name] = start(base, name, with(steps, "a,b", sync));
+  ASSERT_TRUE(wait_for([&] { return round_of(base, "a") >= 6; })) << logs(base, "a");
+  pids["d"] = start(base, "d", with(steps, "", sync));
+  for (const auto& [name, pid] : pids) ASSERT_EQ(wait_process(pid), 0) << logs(base, name);
+  const std::string log_d = logs(base, "d");
+  const size_t at = log_d.find("from the folder checkpoint of step ");
+  ASSERT_NE(at, std::string::npos) << log_d;
+  const int joined_at = std::stoi(log_d.substr(at + std::string("from the folder checkpoint of step ").size()));
+  ASSERT_LT(joined_at, warmup) << "the joiner came after the warm-up: nothing tested\n" << log_d;
+  for (const std::string name : {"a", "b", "d"}) {
+    const nlohmann::json ex = exchange_stats(base, name);
+    EXPECT_EQ(ex["fingerprint_mismatches"], 0) << name << ": " << ex.dump() << "\n" << logs(base, name);
+    EXPECT_EQ(ex["resyncs"], 0) << name << ": " << ex.dump();
+  }
+  const std::string model = final_model(base, "a", steps);
+  ASSERT_FALSE(model.empty());
+  for (const std::string name : {"b", "d"}) EXPECT_EQ(final_model(base, name, steps), model) << name;
+}
+
 // Note [Late entry] with real processes: a joiner arriving during a time-boxed DiLoCo round
 // (8 s boxes, more nominal steps than fit) computes the steps left in that round's box as a
 // guest, and the round's average holds them: a shows that round with three contributors. The
