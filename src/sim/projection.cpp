@@ -80,7 +80,9 @@ class ProjectionRun {
   // (its parameters, and DiLoCo's outer momentum: a few hundred bytes) is cut into about as
   // many parts, each charged an equal share of the real state.
   double checkpoint_bytes() const {
-    const double per_parameter = 4 + config_.moment_bytes_per_parameter + (diloco() ? 8 : 0);
+    // DiLoCo adds the outer momentum; θ_g is the parameters at the rounds' ends a folder
+    // checkpoint is taken at (one fragment, the delayed rule), saved once (worker/checkpoint.h).
+    const double per_parameter = 4 + config_.moment_bytes_per_parameter + (diloco() ? 4 : 0);
     return static_cast<double>(config_.model_parameters) * per_parameter;
   }
   uint64_t sim_state_bytes() const { return kSimParameters * sizeof(float) * (diloco() ? 2 : 1); }

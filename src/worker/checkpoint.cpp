@@ -79,8 +79,11 @@ fs::path save_checkpoint(const fs::path& run_dir, const CheckpointState& state, 
   std::vector<std::pair<std::string, torch::Tensor>> optimizer;
   for (const auto& [name, tensor] : moments) optimizer.emplace_back(name, tensor.cpu());
   optimizer.emplace_back("rng.cpu", at::detail::getDefaultCPUGenerator().get_state());
+  const bool global_is_parameters =
+      outer && outer->global.numel() == flat.params().numel() &&
+      torch::equal(outer->global.to(flat.params().device()), flat.params());
   if (outer) {
-    optimizer.emplace_back("outer.global", outer->global.cpu());
+    if (!global_is_parameters) optimizer.emplace_back("outer.global", outer->global.cpu());
     optimizer.emplace_back("outer.momentum", outer->momentum.cpu());
     if (outer->eager_offset.defined()) {
       optimizer.emplace_back("outer.eager_offset", outer->eager_offset.cpu());
@@ -113,6 +116,7 @@ fs::path save_checkpoint(const fs::path& run_dir, const CheckpointState& state, 
     state_json["outer"] = {{"round_tokens", one_or_all(outer->round_tokens)},
                            {"round_loss_sum", one_or_all(outer->round_loss_sum)}};
     if (outer->eager_offset.defined()) state_json["outer"]["eager_tokens"] = outer->eager_tokens;
+    state_json["outer"]["global"] = global_is_parameters ? "parameters" : "outer.global";
   }
   write_file_atomic(temp_dir / "state.json", state_json.dump(2));
 
@@ -196,6 +200,7 @@ CheckpointData load_checkpoint(const fs::path& run_or_checkpoint) {
   CheckpointData data;
   const fs::path state_path = dir / "state.json";
   const nlohmann::json state = read_json_file(state_path);
+  bool global_is_parameters = false;
   try {
     data.state.step = state.at("step").get<int64_t>();
     data.state.tokens = state.at("tokens").get<int64_t>();
@@ -218,6 +223,7 @@ CheckpointData load_checkpoint(const fs::path& run_or_checkpoint) {
       };
       values("round_tokens", outer.round_tokens);
       values("round_loss_sum", outer.round_loss_sum);
+      global_is_parameters = state.at("outer").value("global", std::string("outer.global")) == "parameters";
       if (state.at("outer").contains("eager_tokens"))
         outer.eager_tokens = state.at("outer").at("eager_tokens").get<std::vector<int64_t>>();
     }
@@ -236,9 +242,11 @@ CheckpointData load_checkpoint(const fs::path& run_or_checkpoint) {
   data.cpu_rng = optimizer["rng.cpu"];
   for (int i = 0; optimizer.count(str("rng.cuda.", i)); ++i) data.cuda_rngs.push_back(optimizer[str("rng.cuda.", i)]);
   if (data.outer) {
-    for (const char* key : {"outer.global", "outer.momentum"})
-      GB_REQUIRE(optimizer.count(key), optimizer_path.string(), ": missing tensor '", key, "' (state.json says outer)");
-    data.outer->global = optimizer["outer.global"];
+    GB_REQUIRE(optimizer.count("outer.momentum"), optimizer_path.string(),
+               ": missing tensor 'outer.momentum' (state.json says outer)");
+    GB_REQUIRE(global_is_parameters || optimizer.count("outer.global"), optimizer_path.string(),
+               ": missing tensor 'outer.global' (state.json says outer)");
+    if (!global_is_parameters) data.outer->global = optimizer["outer.global"];
     data.outer->momentum = optimizer["outer.momentum"];
     if (!data.outer->eager_tokens.empty()) {
       for (const char* name : {"outer.eager_offset", "outer.eager_momentum", "outer.eager_sent_share"})

@@ -4,7 +4,8 @@
 //   RUN/checkpoints/step_00000100/
 //     model.safetensors      parameters by name (also what `export` and `sample` read)
 //     optimizer.safetensors  flat moments, the CPU/CUDA RNG states and, in DiLoCo rounds, the
-//                            outer state (outer.global, outer.momentum)
+//                            outer state (outer.global, outer.momentum); outer.global only when
+//                            it is not the parameters (state.json's outer.global says which)
 //     state.json             step, round, tokens, optimizer step, model and train config
 //     manifest.json          written last: every file's size and XXH3 checksum
 //
@@ -28,6 +29,9 @@ namespace fs = std::filesystem;
 
 // DiLoCo's outer state (Note [DiLoCo rounds] in worker/outer_optimizer.h), flat, on any device.
 struct OuterState {
+  // θ_g. Saved once when it equals the parameters (at a round's end with one fragment and the
+  // delayed rule, as every checkpoint a folder publishes in the headline's mode): 4 of ~14
+  // bytes a parameter that a joiner downloads. Loaded undefined then: θ_g is the parameters.
   torch::Tensor global;
   torch::Tensor momentum;
   // Per fragment (one without --fragments): this worker's tokens in the inner steps since the

@@ -188,8 +188,9 @@ std::string Trainer::restore(const std::filesystem::path& dir, const model::Mode
   tokens_ = ckpt.state.tokens;
   if (outer_) {
     torch::NoGradGuard no_grad;
-    // A checkpoint without outer state (a per-step run's) starts DiLoCo from its parameters.
-    outer_->global().copy_(ckpt.outer ? ckpt.outer->global : flat_->params());
+    // A checkpoint without outer state (a per-step run's) starts DiLoCo from its parameters;
+    // one that saved θ_g once has it as its parameters.
+    outer_->global().copy_(ckpt.outer && ckpt.outer->global.defined() ? ckpt.outer->global : flat_->params());
     if (ckpt.outer) outer_->momentum().copy_(ckpt.outer->momentum);
     else outer_->momentum().zero_();
     const size_t fragments = fragments_.size();

@@ -240,8 +240,9 @@ TEST(Projection, PartialDeltasSalvageWhatDyingSessionsComputed) {
 }
 
 // A joiner downloads the newest folder checkpoint before its first step: with 8-bit moments
-// (--moments int8) that is 4 + 2.06 + 8 bytes a parameter instead of 4 + 8 + 8 (DiLoCo), so at
-// 1 MB/s the 10M-parameter model's joiner starts about 59 s sooner.
+// (--moments int8) that is 4 + 2.06 + 4 bytes a parameter instead of 4 + 8 + 4 (DiLoCo: θ_g is
+// the parameters, saved once, and the outer momentum), so at 1 MB/s the 10M-parameter model's
+// joiner starts about 59 s sooner.
 TEST(Projection, EightBitMomentsMakeAJoinersCheckpointSmaller) {
   ProjectionConfig c = mortal_boxes();
   c.partial_every = 1;
@@ -255,7 +256,7 @@ TEST(Projection, EightBitMomentsMakeAJoinersCheckpointSmaller) {
   ASSERT_GT(int8.joins, 2);
   std::cout << "a joiner's first step after its set-up: " << fp32.join_median_s << " s with fp32 moments, "
             << int8.join_median_s << " s with 8-bit ones\n";
-  EXPECT_GT(fp32.join_median_s, 200) << "200 MB at 1 MB/s";
+  EXPECT_GT(fp32.join_median_s, 160) << "160 MB at 1 MB/s";
   EXPECT_LT(int8.join_median_s, fp32.join_median_s - 40);
 }
 

@@ -113,6 +113,38 @@ TEST_F(CheckpointTest, TheOuterStateAndTheEagerRulesViewRoundTrip) {
   EXPECT_TRUE(data.outer->eager_tokens.empty());
 }
 
+// θ_g equal to the parameters (a round's end, one fragment, the delayed rule) is saved once:
+// the checkpoint a joiner downloads is 4 bytes a parameter smaller, and loads θ_g back as the
+// parameters. One that differs by a single value is saved whole.
+TEST_F(CheckpointTest, TheGlobalParametersAreSavedOnceWhenTheyAreTheParameters) {
+  CheckpointState state;
+  state.step = 5;
+  state.model_config = {{"arch", "test"}};
+  state.train_config = nlohmann::json::object();
+  const torch::Tensor m = torch::zeros_like(flat_->params());
+  OuterState outer;
+  outer.global = flat_->params().clone();
+  outer.momentum = flat_->params().clone() * 2;
+  const fs::path once = save_checkpoint(run_, state, *flat_, {{"exp_avg", m}, {"exp_avg_sq", m}}, &outer);
+  CheckpointData data = load_checkpoint(run_);
+  ASSERT_TRUE(data.outer.has_value());
+  EXPECT_FALSE(data.outer->global.defined());
+  EXPECT_TRUE(torch::equal(data.outer->momentum, outer.momentum));
+  const uint64_t once_bytes = fs::file_size(once / "optimizer.safetensors");
+
+  outer.global[0] += 1;
+  state.step = 6;
+  const fs::path twice = save_checkpoint(run_, state, *flat_, {{"exp_avg", m}, {"exp_avg_sq", m}}, &outer);
+  data = load_checkpoint(run_);
+  ASSERT_TRUE(data.outer->global.defined());
+  EXPECT_TRUE(torch::equal(data.outer->global, outer.global));
+  // The second holds θ_g's values more (and its header entry).
+  const uint64_t values = static_cast<uint64_t>(flat_->numel()) * sizeof(float);
+  const uint64_t more = fs::file_size(twice / "optimizer.safetensors") - once_bytes;
+  EXPECT_GE(more, values);
+  EXPECT_LT(more, values + 256);
+}
+
 TEST_F(CheckpointTest, FlippedByteIsNamedAndSkipped) {
   save(1);
   const fs::path newest = save(2);
