@@ -86,8 +86,9 @@ fs::path write_checkpoint(const fs::path& run_dir, const Local& local) {
   eager.insert(eager.end(), local.sent_share.begin(), local.sent_share.end());
   replace_file(temp / "optimizer.safetensors",
                std::string_view(reinterpret_cast<const char*>(eager.data()), eager.size() * sizeof(float)));
-  replace_file(temp / "state.json",
-               nlohmann::json{{"step", local.step}, {"eager_tokens", local.shares.others_tokens()}}.dump());
+  nlohmann::json meta{{"step", local.step}};
+  if (!local.offset.empty()) meta["eager_tokens"] = local.shares.others_tokens();
+  replace_file(temp / "state.json", meta.dump());
   replace_file(temp / "manifest.json", nlohmann::json{{"step", local.step}}.dump());
   fs::remove_all(dir, ec);
   fs::rename(temp, dir);
@@ -104,10 +105,10 @@ Local read_checkpoint(const fs::path& dir, size_t parameters) {
   local.momentum.assign(state.begin() + static_cast<std::ptrdiff_t>(local.params.size()), state.end());
   const nlohmann::json meta = nlohmann::json::parse(read_file(dir / "state.json"));
   const std::string eager = read_file(dir / "optimizer.safetensors");
-  local.offset.assign(parameters, 0.0f);
-  local.offset_momentum.assign(parameters, 0.0f);
-  local.sent_share.assign(parameters, 0.0f);
   if (meta.contains("eager_tokens") && eager.size() == 3 * parameters * sizeof(float)) {
+    local.offset.resize(parameters);
+    local.offset_momentum.resize(parameters);
+    local.sent_share.resize(parameters);
     const float* saved = reinterpret_cast<const float*>(eager.data());
     std::copy(saved, saved + parameters, local.offset.begin());
     std::copy(saved + parameters, saved + 2 * parameters, local.offset_momentum.begin());
@@ -200,9 +201,12 @@ void run_sim_worker(const SimWorkerSpec& spec, mirror::Mirror& mirror, mirror::C
   }
   // The eager rule applies to rounds applied late: sent in the background (overlap), not the run's last.
   const bool eager = diloco && spec.eager && spec.overlap_steps > 0;
-  local.offset.resize(spec.parameters, 0.0f);
-  local.offset_momentum.resize(spec.parameters, 0.0f);
-  local.sent_share.resize(spec.parameters, 0.0f);
+  // Only an eager worker keeps the state (and saves it): the others' checkpoints stay as they were.
+  if (eager) {
+    local.offset.resize(spec.parameters, 0.0f);
+    local.offset_momentum.resize(spec.parameters, 0.0f);
+    local.sent_share.resize(spec.parameters, 0.0f);
+  }
   auto checkpoint = [&] {
     const fs::path dir = write_checkpoint(spec.run_dir, local);
     exchange->after_checkpoint(local.step, dir, 0, checksum_of(local.state()));
