@@ -246,10 +246,16 @@ class FolderExchange final : public GradientExchange {
     const FolderExchangeConfig& c = context_.config;
     replicas_.publish(round, params, n, ReplicaCheck::Due::always);
     // Who to wait for: the last round's contributors (they finish within about a round of each
-    // other); one that died meanwhile never reports, hence the bound.
+    // other), and every other live replica at most a round behind: after a disputed round the
+    // verdict must count the same fingerprints everywhere, or two halves of a tie each find
+    // themselves the majority. One that died meanwhile never reports, hence the bound.
     std::vector<std::string> expected;
     if (agreement_.round() == round)
       for (const Contributor& contributor : agreement_.contributors()) expected.push_back(contributor.worker);
+    beats_.refresh();
+    for (const auto& [worker, beat] : beats_.peers())
+      if (beats_.fresh(beat) && beat.state != "left" && beat.applied_round + 1 >= round && !contains(expected, worker))
+        expected.push_back(worker);
     const double start = context_.clock.now_s();
     while (true) {
       const ReplicaCheck::Verdict verdict = replicas_.verdict(round);
@@ -379,11 +385,13 @@ class FolderExchange final : public GradientExchange {
       if (std::make_pair(me.started_unix_ms(), me.id()) > std::make_pair(other->started_unix_ms, other->incarnation))
         throw_namesake(*other);
     }
-    // A member that announced its departure before this round will not publish its agreements:
-    // no failover wait for it. One that left after applying this round did publish them.
+    // A member that announced its departure before this round will not publish its agreements,
+    // nor will one whose heartbeat went stale before it applied this round (a dead session):
+    // no failover wait for either. One that applied this round did publish them.
     std::set<std::string> departed;
     for (const auto& [worker, beat] : beats_.peers())
-      if (beat.state == "left" && beat.applied_round < agreement_.round() && contains(agreement_.members(), worker))
+      if ((beat.state == "left" || !beats_.fresh(beat)) && beat.applied_round < agreement_.round() &&
+          contains(agreement_.members(), worker))
         departed.insert(worker);
     agreement_.set_departed(std::move(departed));
     if (!context_.config.late_entry) return;
@@ -545,10 +553,12 @@ class FolderExchange final : public GradientExchange {
   void publish_progress_heartbeat(bool waited) {
     const bool due = beats_.seconds_since_publish() >= context_.config.heartbeat_interval_s;
     if (agreement_.member()) {
-      // Note [Late entry]: a member left out of the next view (its contribution came too late)
-      // enters that round late rather than idling through it.
+      // A member left out of the next view (its contribution came too late) follows it, caught
+      // up: "ready", so an owner lets it back in (and, Note [Late entry], it enters that round
+      // late rather than idling through it). Still saying "live", it would stop every follower
+      // from resuming the run should the next view's members all die.
       const std::vector<std::string>* next = views_.expected(applied_round_ + 1);
-      if (context_.config.late_entry && next && !contains(*next, context_.config.worker)) {
+      if (next && !contains(*next, context_.config.worker)) {
         publish_heartbeat("ready");
         return;
       }

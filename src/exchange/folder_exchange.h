@@ -39,7 +39,9 @@
 //     caught up (applied round >= r - 2).
 // A member that misses the contribution deadline is therefore out of the next view: a dead
 // worker costs the others one deadline (one failover timeout if it owned a shard of the round;
-// none for a worker that announced "left": its successor takes over at the deadline).
+// none for a worker that announced "left", or whose heartbeat went stale before it applied the
+// round: its successor takes over at the deadline, so a line of dead owners costs the wait for
+// their heartbeats to go stale, not a failover timeout each).
 // A worker not in V_r follows: it waits for the round's agreements and applies them without
 // contributing. Joiners and restarted workers start that way from the newest folder checkpoint
 // (Note [Folder checkpoints] in folder_checkpoint.h), replay the rounds the folder keeps after

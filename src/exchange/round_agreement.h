@@ -79,7 +79,8 @@ class RoundAgreement {
   void withdraw_partials(uint64_t round);
   // Nobody else is left (whole-run resume): this worker becomes the round's only member.
   void become_sole_member();
-  // Members of this round that announced their departure: no failover wait for them.
+  // Members of this round that announced their departure or went stale (dead sessions) before
+  // applying it: no failover wait for them.
   void set_departed(std::set<std::string> departed) { departed_ = std::move(departed); }
   // Followers whose contributions an owner takes when they are there (Note [Late entry]).
   void set_guests(std::vector<std::string> guests) { guests_ = std::move(guests); }

@@ -377,6 +377,47 @@ TEST(FolderExchange, AnOwnerThatLeftIsReplacedWithoutTheFailoverTimeout) {
   EXPECT_EQ(cluster.stats("a")["failovers"].get<int>() + cluster.stats("c")["failovers"].get<int>(), 1);
 }
 
+// A shard owner that died without a word (a killed session) is not waited for either once its
+// heartbeat is stale: its successor takes over at the contribution deadline, not after the
+// failover timeout. Before, each dead owner in line cost a whole failover timeout (the
+// projection saw a round wait 4,441 s behind four of them).
+TEST(FolderExchange, AnOwnerWhoseHeartbeatWentStaleIsReplacedWithoutTheFailoverTimeout) {
+  for (const bool stale : {true, false}) {
+    VirtualCluster cluster(stale ? "stale_owner" : "fresh_owner");
+    const std::vector<std::string> team{"a", "b", "c"};
+    // b owns round 1's only shard ((0 + 1) mod 3), beats once and dies.
+    FolderExchangeConfig dead = cluster.config("b", team);
+    dead.heartbeat_interval_s = 1;
+    cluster.spawn(dead, [](GradientExchange& exchange, mirror::Clock&) { exchange.between_rounds(0); });
+    std::map<std::string, RoundResult> results;
+    cluster.sim().at(2, [&] {
+      for (const std::string worker : {"a", "c"}) {
+        FolderExchangeConfig c = cluster.config(worker, team);
+        c.contribution_timeout_s = 0.3;
+        c.failover_timeout_s = 20;
+        c.heartbeat_interval_s = 1;
+        c.stale_after_s = stale ? 3 : 60;  // b's one heartbeat goes stale 3 s after it arrived, or not before the end
+        cluster.spawn(c, [&results, worker](GradientExchange& exchange, mirror::Clock&) {
+          std::vector<float> g = gradient(worker[0], 3000);
+          results[worker] = exchange.all_reduce(1, g.data(), g.size(), {100, 1.0, false});
+        });
+      }
+    });
+    cluster.sim().run_until(1e6);
+    ASSERT_TRUE(cluster.sim().failures().empty()) << cluster.sim().failures().front();
+    for (const std::string worker : {"a", "c"}) {
+      ASSERT_TRUE(results.count(worker)) << worker;
+      EXPECT_EQ(results.at(worker).contributors, 2) << worker;
+      if (stale) {
+        EXPECT_LT(results.at(worker).wait_seconds, 5.0) << worker;  // b's heartbeat going stale, not the 20 s failover
+      } else {
+        EXPECT_GE(results.at(worker).wait_seconds, 20.0) << worker;  // a fresh owner gets its window
+      }
+    }
+    EXPECT_EQ(cluster.stats("a")["failovers"].get<int>() + cluster.stats("c")["failovers"].get<int>(), 1);
+  }
+}
+
 // Whole-run resume: a worker outside the last view, with nobody live, waits --stale-after for an
 // agreement, then becomes the view itself and carries on (Note [Elastic membership]).
 TEST(FolderExchange, WithNobodyLiveAFollowerResumesTheRunAlone) {
