@@ -284,7 +284,9 @@ def fetch_data(session, dataset, text=None, prepare_args=()):
     """A prepared dataset in the shared storage, copied to local disk once. When it is not
     there and `text` (a file or folder) is given, prepares it here and publishes it."""
     local = os.path.join(session.local_dir, "data", dataset)
-    if os.path.isfile(os.path.join(local, "dataset.json")):
+    # meta.json is what `gradbox prepare` writes last: a folder with it is whole (the cell run
+    # twice must not copy again onto it).
+    if os.path.isfile(os.path.join(local, "meta.json")):
         log(f"data {dataset}: already on local disk")
         return local
     shared = session._storage_path("datasets", dataset)

@@ -37,7 +37,7 @@ next sessions with the same gradbox commit, torch and GPU take it from there in 
 PARAMETERS_COMMON = """
 RUN = "gradbox/run1"         # the run's folder, {run_where}
 WORKER = ""                  # this session's name, unique in the run (empty: a random one)
-MODEL = "gpt2-small"         # a preset (gpt2-tiny, gpt2-small, gpt2-medium, gpt2-large, llama-...) or a config .json
+MODEL = "gpt2"               # a preset (gpt2-tiny, gpt2-mini, gpt2, gpt2-medium, gpt2-large, gpt2-xl, llama-tiny, llama-mini) or a config .json
 DATASET = "shakespeare"      # a prepared dataset in <storage>/datasets, copied to this session's disk once
 TEXT = ""                    # a text file or folder to prepare DATASET from when it is not there yet
 TOKENIZER = "gpt2"           # gpt2 (shipped with gradbox) or bpe (trained on TEXT)

@@ -200,9 +200,46 @@ def main():
           f"c's session did not take its name from its credential: {c.output('# gradbox' + chr(39) + 's source')}")
     print(f"notebooks: a {len(ra)} rounds, b {len(rb)}, c {len(rc)} (joined mid-run, trained {c_trained}); twin refused; plots, export,"
           " cache and departures checked")
+    check_committed_defaults(os.path.join(work, "local-b", "data", "fortunes"))
+    check_fetch_data_twice(work)
     for k in (a, b, c):  # the setup times README quotes
         ready = [l for l in k.output("# Build gradbox").splitlines() if "gradbox ready" in l]
         print(f"{k.name}: {ready[0] if ready else '?'}")
+
+
+def committed_parameters(name):
+    """The parameters cell of a committed notebook, as a user who changes nothing runs it."""
+    nb = nbformat.read(os.path.join(ARGS.source, "notebooks", name), as_version=4)
+    cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    values = {}
+    exec(cell.source, {}, values)  # assignments only
+    return values
+
+
+def check_committed_defaults(data_dir):
+    """The kernels above override MODEL and MICRO_BATCH (time): the committed defaults must name
+    a preset that exists and, at the default micro-batch, fits a T4's 15 GB (both platforms'
+    free GPU), as gradbox's own memory report judges it on this data's vocabulary."""
+    for name in ("colab_worker.ipynb", "kaggle_worker.ipynb"):
+        p = committed_parameters(name)
+        report = subprocess.run([ARGS.gradbox, "train", "--model", str(p["MODEL"]), "--micro-batch", str(p["MICRO_BATCH"]),
+                                 "--data", data_dir, "--memory-report", "--memory-budget-gb", "15"],
+                                capture_output=True, text=True)
+        check(report.returncode == 0 and "\n  fits:" in report.stdout,
+              f"{name}: the default MODEL {p['MODEL']!r} at MICRO_BATCH {p['MICRO_BATCH']} does not train on a T4:\n"
+              f"{report.stdout[-600:]}{report.stderr}")
+
+
+def check_fetch_data_twice(work):
+    """The data cell run a second time finds the dataset on local disk and copies nothing."""
+    sys.path.insert(0, os.path.join(ARGS.source, "notebooks"))
+    import gradbox_session as gb
+    session = gb.Session(source_dir=ARGS.source, run_folder=os.path.join(work, "drive", "gradbox", "run1"), worker="b",
+                         local_dir=os.path.join(work, "local-b"), storage=os.path.join(work, "drive", "gradbox"))
+    local = os.path.join(work, "local-b", "data", "fortunes")
+    before = os.stat(os.path.join(local, "meta.json")).st_mtime_ns
+    check(gb.fetch_data(session, "fortunes") == local, "fetch_data did not return the local copy")
+    check(os.stat(os.path.join(local, "meta.json")).st_mtime_ns == before, "fetch_data run twice copied the dataset again")
 
 
 if __name__ == "__main__":
