@@ -5,7 +5,7 @@
 
 namespace gradbox::exchange {
 
-AgreedControl ControlAgreement::propose(uint64_t round) {
+std::optional<AgreedControl> ControlAgreement::propose(uint64_t round) {
   const std::optional<std::string> text = context_.mirror.control();
   if (text && *text != text_seen_) {
     text_seen_ = *text;
@@ -21,7 +21,8 @@ AgreedControl ControlAgreement::propose(uint64_t round) {
       context_.log().error(str(e.what(), "; the control stays ", agreed_.json));
     }
   }
-  if (std::optional<AgreedControl> slower = slow_down_for_upload_cap(round)) return *slower;
+  if (std::optional<AgreedControl> slower = slow_down_for_upload_cap(round)) return slower;
+  if (!known_) return std::nullopt;
   return agreed_;
 }
 
@@ -62,6 +63,7 @@ std::optional<AgreedControl> ControlAgreement::learn(const wire::RoundView& view
     changed_at_s_ = context_.clock.now_s();
   }
   agreed_ = control;
+  known_ = true;
   return control;
 }
 

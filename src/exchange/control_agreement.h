@@ -33,8 +33,10 @@ class ControlAgreement {
   // What the owner of round r's shard 0 writes: a change is proposed only when this worker's
   // mirror of control.json changed since it last looked, so an owner with an older mirror never
   // undoes a newer change, or when the upload pace nears the cap (Note [Slowing down before the
-  // upload cap]). A change takes effect from round r + 2.
-  AgreedControl propose(uint64_t round);
+  // upload cap]). A change takes effect from round r + 2. Otherwise the control in force, or
+  // nothing while this replica has not learned it (just restarted, its mirror of control.json
+  // not there yet): repeating the flags' "{}" then would undo the run's control for everyone.
+  std::optional<AgreedControl> propose(uint64_t round);
   static constexpr double kActFraction = 0.9;
   // The control a shard-0 agreement says is in force (nullopt: it says nothing).
   std::optional<AgreedControl> learn(const wire::RoundView& view);
@@ -45,6 +47,7 @@ class ControlAgreement {
   ExchangeContext& context_;
   AgreedControl agreed_;
   std::string text_seen_;
+  bool known_ = false;  // agreed_ is the run's control: learned from an agreement (its owner's own too)
   double changed_at_s_ = -1e300;  // when this replica last learned (or proposed) a new control
   bool cannot_slow_warned_ = false;  // time-boxed rounds, or grad_accum at its most: said once
 };

@@ -494,10 +494,11 @@ class FolderExchange final : public GradientExchange {
     for (const std::string& m : views_.next_view(agreement_.round(), agreement_.members(), contributors, beats_,
                                                  [this](const std::string& w) { return configs_.refused(w); }))
       view->add_next_members(m);
-    const AgreedControl control = control_.propose(agreement_.round());
-    view->set_control_json(control.json);
-    view->set_control_from_round(control.from_round);
-    view->set_control_version(control.version);
+    if (const std::optional<AgreedControl> control = control_.propose(agreement_.round())) {
+      view->set_control_json(control->json);
+      view->set_control_from_round(control->from_round);
+      view->set_control_version(control->version);
+    }
     view->set_agreed_unix_ms(context_.clock.unix_ms());
   }
 

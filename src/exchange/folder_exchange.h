@@ -125,7 +125,8 @@
 // from_round = r + 2; every replica learns it with round r and switches before computing round
 // r + 2 (also with --overlap), so all apply it at the same round. Every shard-0 agreement
 // repeats the control in effect, so followers and restarted workers learn it too, and the
-// trainer keeps it in its checkpoints.
+// trainer keeps it in its checkpoints. An owner that has not learned it yet (restarted, its
+// mirror of control.json still on its way) says nothing rather than the flags' "{}".
 //
 // The parts (each its own file): RoundAgreement (one round as a step machine), MembershipViews
 // and Heartbeats (who is expected, who is alive), ReplicaCheck (fingerprints and repair),

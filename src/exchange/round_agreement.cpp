@@ -458,8 +458,8 @@ bool RoundAgreement::folder_seen_since_start() { return context_.listings() >= l
 
 // Owners publish the agreement of the shards they hold, each within its epoch's window: epoch e
 // opens once every earlier owner had failover_timeout (none for one that announced its
-// departure or went stale: set_departed) and closes when the next owner's opens, so a late owner never competes with its
-// successor.
+// departure or went stale: set_departed) and closes when the next owner's opens, so a late
+// owner never competes with its successor.
 void RoundAgreement::maybe_publish(uint32_t k, const std::set<std::string>& visible) {
   const FolderExchangeConfig& c = context_.config;
   const double elapsed = context_.clock.now_s() - round_origin_;

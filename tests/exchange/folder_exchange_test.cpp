@@ -350,6 +350,27 @@ TEST(FolderExchange, HeartbeatsShowEachMembersRoundAndDeparture) {
   EXPECT_GT(a->bytes_uploaded_24h(), 0u);
 }
 
+// a and c start at virtual second 2 and reduce round 1, whose only shard b owns ((0 + 1) mod 3);
+// a 0.3 s contribution deadline against a 20 s failover timeout tells which one they waited.
+std::map<std::string, RoundResult> round_one_without_its_owner(VirtualCluster& cluster, const std::vector<std::string>& team,
+                                                               const std::function<void(FolderExchangeConfig&)>& tweak = {}) {
+  auto results = std::make_shared<std::map<std::string, RoundResult>>();
+  cluster.sim().at(2, [&cluster, &team, tweak, results] {
+    for (const std::string worker : {"a", "c"}) {
+      FolderExchangeConfig c = cluster.config(worker, team);
+      c.contribution_timeout_s = 0.3;
+      c.failover_timeout_s = 20;
+      if (tweak) tweak(c);
+      cluster.spawn(c, [results, worker](GradientExchange& exchange, mirror::Clock&) {
+        std::vector<float> g = gradient(worker[0], 3000);
+        (*results)[worker] = exchange.all_reduce(1, g.data(), g.size(), {100, 1.0, false});
+      });
+    }
+  });
+  cluster.sim().run_until(1e6);
+  return *results;
+}
+
 // A shard owner that announced its departure is not waited for: its successor takes the shard
 // over at the contribution deadline, not after the failover timeout.
 TEST(FolderExchange, AnOwnerThatLeftIsReplacedWithoutTheFailoverTimeout) {
@@ -357,19 +378,7 @@ TEST(FolderExchange, AnOwnerThatLeftIsReplacedWithoutTheFailoverTimeout) {
   const std::vector<std::string> team{"a", "b", "c"};
   // b owns round 1's only shard ((0 + 1) mod 3) and is gone, after saying so.
   cluster.spawn(cluster.config("b", team), [](GradientExchange& exchange, mirror::Clock&) { exchange.leave(); });
-  std::map<std::string, RoundResult> results;
-  cluster.sim().at(2, [&] {
-    for (const std::string worker : {"a", "c"}) {
-      FolderExchangeConfig c = cluster.config(worker, team);
-      c.contribution_timeout_s = 0.3;
-      c.failover_timeout_s = 20;
-      cluster.spawn(c, [&results, worker](GradientExchange& exchange, mirror::Clock&) {
-        std::vector<float> g = gradient(worker[0], 3000);
-        results[worker] = exchange.all_reduce(1, g.data(), g.size(), {100, 1.0, false});
-      });
-    }
-  });
-  cluster.sim().run_until(1e6);
+  const std::map<std::string, RoundResult> results = round_one_without_its_owner(cluster, team);
   for (const std::string worker : {"a", "c"}) {
     EXPECT_EQ(results.at(worker).contributors, 2) << worker;
     EXPECT_LT(results.at(worker).wait_seconds, 2.0) << worker;  // the 0.3 s deadline, not the 20 s failover
@@ -389,21 +398,10 @@ TEST(FolderExchange, AnOwnerWhoseHeartbeatWentStaleIsReplacedWithoutTheFailoverT
     FolderExchangeConfig dead = cluster.config("b", team);
     dead.heartbeat_interval_s = 1;
     cluster.spawn(dead, [](GradientExchange& exchange, mirror::Clock&) { exchange.between_rounds(0); });
-    std::map<std::string, RoundResult> results;
-    cluster.sim().at(2, [&] {
-      for (const std::string worker : {"a", "c"}) {
-        FolderExchangeConfig c = cluster.config(worker, team);
-        c.contribution_timeout_s = 0.3;
-        c.failover_timeout_s = 20;
-        c.heartbeat_interval_s = 1;
-        c.stale_after_s = stale ? 3 : 60;  // b's one heartbeat goes stale 3 s after it arrived, or not before the end
-        cluster.spawn(c, [&results, worker](GradientExchange& exchange, mirror::Clock&) {
-          std::vector<float> g = gradient(worker[0], 3000);
-          results[worker] = exchange.all_reduce(1, g.data(), g.size(), {100, 1.0, false});
-        });
-      }
+    const std::map<std::string, RoundResult> results = round_one_without_its_owner(cluster, team, [stale](FolderExchangeConfig& c) {
+      c.heartbeat_interval_s = 1;
+      c.stale_after_s = stale ? 3 : 60;  // b's one heartbeat goes stale 3 s after it arrived, or not before the end
     });
-    cluster.sim().run_until(1e6);
     ASSERT_TRUE(cluster.sim().failures().empty()) << cluster.sim().failures().front();
     for (const std::string worker : {"a", "c"}) {
       ASSERT_TRUE(results.count(worker)) << worker;
