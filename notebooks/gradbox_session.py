@@ -280,29 +280,79 @@ def _check_executables(session):
 
 # ---- data ---------------------------------------------------------------------------------------
 
+# Texts a session can train on with nothing uploaded: the platform's own package manager ships
+# them (Colab and Kaggle run Ubuntu, whose bible-kjv is the package the demo uses on Debian).
+PACKAGED_TEXTS = {
+    "kjv": {"package": "bible-kjv", "program": "bible",
+            "command": "bible -f Gen1:1-Rev22:21 | sed -E 's/^[^ ]+ //'",  # a verse a line, no references
+            "about": "the King James Bible, 4.1 MB (~1M GPT-2 tokens: enough to see a run train, not a model)"},
+}
+
+
+def packaged_text(session, name):
+    """Writes the packaged text `name` to this session's disk (installing its package when the
+    platform lacks it) and returns the file."""
+    recipe = PACKAGED_TEXTS[name]
+    if shutil.which(recipe["program"]) is None:
+        sudo = [] if os.geteuid() == 0 else ["sudo"]
+        log(f"text {name}: installing the {recipe['package']} package")
+        run(sudo + ["apt-get", "update", "-qq"])
+        run(sudo + ["apt-get", "install", "-y", "-qq", recipe["package"]],
+            env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
+    path = os.path.join(session.local_dir, "text", name + ".txt")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".part", "w") as out:
+        subprocess.run(["bash", "-o", "pipefail", "-c", recipe["command"]], stdout=out, check=True)
+    os.replace(path + ".part", path)
+    return path
+
+
 def fetch_data(session, dataset, text=None, prepare_args=()):
     """A prepared dataset in the shared storage, copied to local disk once. When it is not
-    there and `text` (a file or folder) is given, prepares it here and publishes it."""
+    there, prepares it here from `text` (a file or folder) or, with no text, from the packaged
+    text of that name (PACKAGED_TEXTS), and publishes it for the other sessions."""
     local = os.path.join(session.local_dir, "data", dataset)
-    # meta.json is what `gradbox prepare` writes last: a folder with it is whole (the cell run
-    # twice must not copy again onto it).
+    # meta.json is what `gradbox prepare` writes last, and what a publisher copies last: a
+    # folder with it is whole (the cell run twice must not copy again onto it).
     if os.path.isfile(os.path.join(local, "meta.json")):
         log(f"data {dataset}: already on local disk")
         return local
     shared = session._storage_path("datasets", dataset)
-    if storage_exists(shared):
+    joiner = "/" if is_remote(shared) else os.sep
+    if storage_exists(shared + joiner + "meta.json"):
         started = time.time()
+        shutil.rmtree(local + ".part", ignore_errors=True)
         storage_get(shared, local + ".part")
         os.replace(local + ".part", local)
         log(f"data {dataset}: copied from {shared} in {time.time() - started:.0f} s")
         return local
     if not text:
-        raise RuntimeError(f"no dataset {shared}: upload a text and set `text` to prepare one")
+        if dataset not in PACKAGED_TEXTS:
+            known = ", ".join(f"{k} ({v['about']})" for k, v in PACKAGED_TEXTS.items())
+            raise RuntimeError(f"no dataset {shared}: set TEXT to a text file or folder to prepare {dataset!r} from, "
+                               f"or DATASET to one made from a package: {known}")
+        text = packaged_text(session, dataset)
+    shutil.rmtree(local + ".part", ignore_errors=True)
     run([session.gradbox, "prepare", "--input", text, "--out", local + ".part", *prepare_args])
     os.replace(local + ".part", local)
-    storage_put(local, shared)
+    publish_dataset(local, shared)
     log(f"data {dataset}: prepared from {text} and published to {shared}")
     return local
+
+
+def publish_dataset(local, shared):
+    """Copies a prepared dataset into the storage with its meta.json last, so that a session
+    that finds meta.json there finds every file beside it."""
+    files = sorted(f for f in os.listdir(local) if f != "meta.json") + ["meta.json"]
+    joiner = "/" if is_remote(shared) else os.sep
+    for name in files:
+        source = os.path.join(local, name)
+        if os.path.isdir(source):
+            storage_put(source, shared + joiner + name)
+    for name in files:
+        source = os.path.join(local, name)
+        if not os.path.isdir(source):
+            storage_put(source, shared + joiner + name)
 
 
 # ---- the worker -----------------------------------------------------------------------------------

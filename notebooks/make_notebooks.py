@@ -38,8 +38,8 @@ PARAMETERS_COMMON = """
 RUN = "gradbox/run1"         # the run's folder, {run_where}
 WORKER = ""                  # this session's name, unique in the run (empty: a random one)
 MODEL = "gpt2"               # a preset (gpt2-tiny, gpt2-mini, gpt2, gpt2-medium, gpt2-large, gpt2-xl, llama-tiny, llama-mini) or a config .json
-DATASET = "shakespeare"      # a prepared dataset in <storage>/datasets, copied to this session's disk once
-TEXT = ""                    # a text file or folder to prepare DATASET from when it is not there yet
+DATASET = "kjv"              # a prepared dataset in <storage>/datasets, copied to this session's disk once
+TEXT = ""                    # a text file or folder to prepare DATASET from when it is not there yet; empty: "kjv" is made from Ubuntu's bible-kjv package (a first run's text, too small for a real model)
 TOKENIZER = "gpt2"           # gpt2 (shipped with gradbox) or bpe (trained on TEXT)
 PREPARE_ARGS = []            # more `gradbox prepare` flags: cleaning, --format, --vocab-size, ...
 MODE = "diloco"              # diloco (rounds of INNER_STEPS local steps) or per-step (every step averaged)
@@ -66,6 +66,7 @@ LOCAL_DIR = "/content/gradbox-local"
 
 PARAMETERS_KAGGLE = PARAMETERS_COMMON.format(run_where="on the rclone remote `gdrive:`", platform="Kaggle",
                                              platform_needs="Kaggle (its secrets)") + """
+GPU_WORKERS = 0              # workers this session runs, one per GPU slot (0: one per GPU it has)
 SHARED_ROOT = "gdrive:"      # the rclone remote this notebook configures from the RCLONE_DRIVE_TOKEN secret
 SOURCE_DIR = "/kaggle/working/gradbox"
 LOCAL_DIR = "/kaggle/working/gradbox-local"
@@ -121,7 +122,7 @@ print(f"run {{run_folder}}: worker(s)", ", ".join(s.worker for s in sessions))
 
 # Kaggle's 2 x T4: a worker per GPU (until the network fast path joins them into one).
 KAGGLE_GPUS = """import torch
-sessions = gb.one_per_gpu(session, 1 if member else torch.cuda.device_count())  # one name per credential"""
+sessions = gb.one_per_gpu(session, 1 if member else GPU_WORKERS or torch.cuda.device_count())  # one name per credential"""
 
 BUILD = """
 # Build gradbox against this image's torch, or take the cached build (keyed by commit, torch, GPU).
@@ -165,12 +166,12 @@ The worker also writes TensorBoard event files beside its metrics. To look at th
 
 SAMPLE = """
 # Text from the newest checkpoint.
-print(gb.sample(session, "The meaning of life is", tokens=60))
+print(gb.sample(sessions[0], "The meaning of life is", tokens=60))
 """
 
 EXPORT = """
 # The model as a Hugging Face folder (config.json, model.safetensors, tokenizer), in the storage.
-gb.export(session, session._storage_path("exports", session.worker))
+gb.export(sessions[0], sessions[0]._storage_path("exports", sessions[0].worker))
 """
 
 STOP = """

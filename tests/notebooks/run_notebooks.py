@@ -1,16 +1,24 @@
 #!/usr/bin/env python3
-"""Runs the Colab notebook headlessly, as users would, with Drive pointed at one local folder:
-kernels a and b found a run and train together to its last step; c joins mid-run, watches two
-rounds and leaves through the stop cell (SIGTERM); a fourth session under a's name is refused
-while a is live. Then checks what they
-left: rounds with every member, PNG plots that decode, TensorBoard scalars that TensorBoard's
-own reader loads, the export, the build cache, and departures announced in the folder.
+"""Runs a committed notebook headlessly, as users would, with Drive a folder on this disk.
+
+--platform colab: the Drive "mount" is a plain folder. Kernels a and b found a run and train
+together to its last step; c joins mid-run, watches two rounds and leaves through the stop cell
+(SIGTERM); a fourth session under a's name is refused while a is live.
+--platform kaggle: Drive is an rclone remote ("gdrive:", rclone's local backend standing in for
+Google's), reached through the rclone sync backend. Kernel k runs two workers, one per GPU slot;
+j joins mid-run from a second session, watches two rounds and leaves.
+
+Then checks what they left: rounds with every member, PNG plots that decode, the export, the
+build cache, and departures announced in the folder (and for Colab, TensorBoard scalars,
+signatures, the committed defaults: a dataset made with nothing uploaded, a model that fits a
+T4). Kernels keep every committed parameter but what time forces (model size, steps, round
+length, batch) and what this machine forces (no platform to mount, no GPU to count).
 
 Only the platform cells (tagged "platform": mounting Drive, secrets) are skipped, through the
 notebook's ON_PLATFORM parameter. The build cell runs scripts/setup.sh for real against this
 checkout's build folder (up to date: seconds), then caches it; later kernels take the cache.
 
-    run_notebooks.py --source DIR --gradbox BIN --work DIR
+    run_notebooks.py --platform colab|kaggle --source DIR --gradbox BIN --work DIR
 """
 import argparse
 import json
@@ -26,22 +34,20 @@ import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
-FORTUNES = "/usr/share/games/fortunes"
+MAX_STEPS = 120  # 30 rounds of 4 steps: a joiner comes and leaves well inside them
+NOTEBOOKS = {"colab": "colab_worker.ipynb", "kaggle": "kaggle_worker.ipynb"}
 
 
-MAX_STEPS = 120  # 30 rounds of 4 steps: c joins and leaves well inside them
+def drive(work):
+    """Where the kernels' "Drive" is: a folder (Colab's mount) or an rclone remote (Kaggle)."""
+    return os.path.join(work, "drive") if ARGS.platform == "colab" else "gdrive:" + os.path.join(work, "drive")
 
 
-def parameters(work, worker, watch_rounds, peers):
-    return {
+def parameters(work, worker, watch_rounds, peers, gpu_workers=0):
+    params = {
         "RUN": "gradbox/run1",
         "WORKER": worker,
         "MODEL": "gpt2-tiny",
-        "DATASET": "fortunes",
-        "TEXT": os.path.join(work, "text"),
-        "TOKENIZER": "gpt2",
-        "MODE": "diloco",
-        "CODEC": "int8",
         "INNER_STEPS": 4,
         "MAX_STEPS": MAX_STEPS,
         "MICRO_BATCH": 4,
@@ -52,14 +58,17 @@ def parameters(work, worker, watch_rounds, peers):
         "WATCH_HOURS": 0.25,
         "REFRESH_SECONDS": 2,
         "ON_PLATFORM": False,
-        "SHARED_ROOT": os.path.join(work, "drive"),
+        "SHARED_ROOT": drive(work),
         "SOURCE_DIR": ARGS.source,
         "LOCAL_DIR": os.path.join(work, "local-" + worker),
     }
+    if ARGS.platform == "kaggle":
+        params["GPU_WORKERS"] = gpu_workers
+    return params
 
 
 def notebook_with(params, secret=None):
-    nb = nbformat.read(os.path.join(ARGS.source, "notebooks", "colab_worker.ipynb"), as_version=4)
+    nb = nbformat.read(os.path.join(ARGS.source, "notebooks", NOTEBOOKS[ARGS.platform]), as_version=4)
     nbformat.validate(nb)
     at = next(i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", []))
     overrides = "\n".join(f"{k} = {v!r}" for k, v in params.items())
@@ -97,8 +106,8 @@ class Kernel(threading.Thread):
         return ""
 
 
-def rounds(work, worker):  # every round record: replayed ones too
-    path = os.path.join(work, "local-" + worker, "out", "metrics.jsonl")
+def rounds(work, worker, gpu=None):  # every round record: replayed ones too
+    path = os.path.join(work, "local-" + worker, *([f"gpu{gpu}"] if gpu is not None else []), "out", "metrics.jsonl")
     if not os.path.exists(path):
         return []
     out = []
@@ -129,10 +138,7 @@ def check(condition, message):
 def main():
     work = ARGS.work
     shutil.rmtree(work, ignore_errors=True)
-    os.makedirs(os.path.join(work, "text"))
-    for name in ("computers", "science", "wisdom"):
-        shutil.copy(os.path.join(FORTUNES, name), os.path.join(work, "text", name))
-
+    os.makedirs(work)
     gen = subprocess.run([sys.executable, os.path.join(ARGS.source, "notebooks", "make_notebooks.py"), "--check"],
                          capture_output=True, text=True)
     check(gen.returncode == 0, f"the committed notebooks are not what make_notebooks.py writes: {gen.stderr}")
@@ -141,6 +147,14 @@ def main():
 
     # A signed run: the kernels inherit the secret as a notebook takes it from the platform.
     os.environ["GRADBOX_RUN_SECRET"] = "the notebooks' test run secret"
+    if ARGS.platform == "kaggle":
+        os.environ["RCLONE_CONFIG_GDRIVE_TYPE"] = "local"  # "gdrive:" is a folder on this disk
+        run_kaggle(work)
+    else:
+        run_colab(work)
+
+
+def run_colab(work):
     a = Kernel("a", parameters(work, "a", 0, "a,b"))
     a.start()
     cache = os.path.join(work, "drive", "gradbox", "build-cache")
@@ -200,8 +214,8 @@ def main():
           f"c's session did not take its name from its credential: {c.output('# gradbox' + chr(39) + 's source')}")
     print(f"notebooks: a {len(ra)} rounds, b {len(rb)}, c {len(rc)} (joined mid-run, trained {c_trained}); twin refused; plots, export,"
           " cache and departures checked")
-    check_committed_defaults(os.path.join(work, "local-b", "data", "fortunes"))
-    check_fetch_data_twice(work)
+    check_committed_defaults(work)
+    check_fetch_data_twice(work, "kjv")
     for k in (a, b, c):  # the setup times README quotes
         ready = [l for l in k.output("# Build gradbox").splitlines() if "gradbox ready" in l]
         print(f"{k.name}: {ready[0] if ready else '?'}")
@@ -216,38 +230,99 @@ def committed_parameters(name):
     return values
 
 
-def check_committed_defaults(data_dir):
-    """The kernels above override MODEL and MICRO_BATCH (time): the committed defaults must name
-    a preset that exists and, at the default micro-batch, fits a T4's 15 GB (both platforms'
-    free GPU), as gradbox's own memory report judges it on this data's vocabulary."""
+def check_committed_defaults(work):
+    """The kernels above override DATASET, TEXT, MODEL and MICRO_BATCH (time). The committed
+    defaults must make a dataset in a storage that holds nothing (no text uploaded), and name a
+    preset that exists and, at the default micro-batch, fits a T4's 15 GB (both platforms' free
+    GPU), as gradbox's own memory report judges it on that dataset."""
+    sys.path.insert(0, os.path.join(ARGS.source, "notebooks"))
+    import gradbox_session as gb
     for name in ("colab_worker.ipynb", "kaggle_worker.ipynb"):
         p = committed_parameters(name)
+        root = os.path.join(work, "defaults-" + name.split("_")[0])
+        session = gb.Session(source_dir=ARGS.source, run_folder=os.path.join(root, "drive", p["RUN"]), worker="d",
+                             local_dir=os.path.join(root, "local"), storage=os.path.join(root, "drive", "gradbox"),
+                             shared_bin=os.path.dirname(ARGS.gradbox))
+        data_dir = gb.fetch_data(session, p["DATASET"], p["TEXT"], ["--tokenizer", p["TOKENIZER"]] + list(p["PREPARE_ARGS"]))
+        meta = json.load(open(os.path.join(data_dir, "meta.json")))
+        check(os.path.isfile(os.path.join(root, "drive", "gradbox", "datasets", p["DATASET"], "meta.json")),
+              f"{name}: the default dataset was not published for the other sessions")
         report = subprocess.run([ARGS.gradbox, "train", "--model", str(p["MODEL"]), "--micro-batch", str(p["MICRO_BATCH"]),
                                  "--data", data_dir, "--memory-report", "--memory-budget-gb", "15"],
                                 capture_output=True, text=True)
         check(report.returncode == 0 and "\n  fits:" in report.stdout,
               f"{name}: the default MODEL {p['MODEL']!r} at MICRO_BATCH {p['MICRO_BATCH']} does not train on a T4:\n"
               f"{report.stdout[-600:]}{report.stderr}")
+        print(f"{name}: defaults make {p['DATASET']!r} with nothing uploaded ({meta.get('train_tokens', '?')} training tokens) "
+              f"and {p['MODEL']} at micro-batch {p['MICRO_BATCH']} fits a T4")
 
 
-def check_fetch_data_twice(work):
+def check_fetch_data_twice(work, dataset):
     """The data cell run a second time finds the dataset on local disk and copies nothing."""
     sys.path.insert(0, os.path.join(ARGS.source, "notebooks"))
     import gradbox_session as gb
     session = gb.Session(source_dir=ARGS.source, run_folder=os.path.join(work, "drive", "gradbox", "run1"), worker="b",
                          local_dir=os.path.join(work, "local-b"), storage=os.path.join(work, "drive", "gradbox"))
-    local = os.path.join(work, "local-b", "data", "fortunes")
+    local = os.path.join(work, "local-b", "data", dataset)
     before = os.stat(os.path.join(local, "meta.json")).st_mtime_ns
-    check(gb.fetch_data(session, "fortunes") == local, "fetch_data did not return the local copy")
+    check(gb.fetch_data(session, dataset) == local, "fetch_data did not return the local copy")
     check(os.stat(os.path.join(local, "meta.json")).st_mtime_ns == before, "fetch_data run twice copied the dataset again")
+
+
+def run_kaggle(work):
+    """One Kaggle session with two workers (a GPU slot each) founds the run; a second session
+    joins mid-run, watches two rounds and leaves. Everything goes through rclone."""
+    k = Kernel("k", parameters(work, "k", 0, "k-gpu0,k-gpu1", gpu_workers=2))
+    k.start()
+    wait_for("two rounds of k-gpu0", lambda: len(rounds(work, "k", 0)) >= 2 or not k.is_alive(), 600)
+    j = Kernel("j", parameters(work, "j", 2, "k-gpu0,k-gpu1"))
+    j.start()
+    for kernel in (k, j):
+        kernel.join()
+    for kernel in (k, j):
+        check(kernel.error is None, f"kernel {kernel.name} failed: {kernel.error}")
+    stopped = k.output("# Leave cleanly")
+    check("worker k-gpu0 stopped (exit 0)" in stopped and "worker k-gpu1 stopped (exit 0)" in stopped,
+          f"k: the stop cell did not stop both workers cleanly: {stopped}")
+    check("worker j stopped (exit 0)" in j.output("# Leave cleanly"), "j: the stop cell did not leave cleanly")
+    check("from the cache" in j.output("# Build gradbox"), "j did not take the build from the cache (through rclone)")
+
+    r0, r1, rj = rounds(work, "k", 0), rounds(work, "k", 1), rounds(work, "j")
+    last = MAX_STEPS // 4
+    j_trained = sum(1 for r in rj if r["inner_steps"] > 0)
+    check(r0 and r1 and r0[-1]["round"] == last and r1[-1]["round"] == last and j_trained >= 2,
+          f"rounds: k-gpu0 {len(r0)}, k-gpu1 {len(r1)}, j {len(rj)} ({j_trained} trained)")
+    check(any(r["contributors"] == 2 for r in r0), "k's two workers never averaged a round together")
+    check(any(r["contributors"] == 3 for r in r0 + rj), "j never contributed to a round with k's workers")
+    by_round = {}
+    for r in r0 + r1 + rj:
+        by_round.setdefault(r["round"], set()).add(r["round_loss"])
+    check(all(len(losses) == 1 for losses in by_round.values()), "replicas disagree on a round's loss")
+
+    loss_png = os.path.join(work, "local-k", "gpu0", "plots", "loss.png")
+    check(os.path.isfile(loss_png) and matplotlib.image.imread(loss_png).shape[1] >= 600, f"{loss_png}: no plot")
+    export = os.path.join(work, "drive", "gradbox", "exports", "k-gpu0")
+    check(os.path.isfile(os.path.join(export, "config.json")) and os.path.isfile(os.path.join(export, "model.safetensors")),
+          f"{export}: no Hugging Face folder (written through rclone)")
+    check(len(k.output("# Text from the newest checkpoint").strip()) > 0, "the sample cell printed nothing")
+    check(os.path.isfile(os.path.join(work, "drive", "gradbox", "datasets", "kjv", "meta.json")),
+          "the dataset k made was not published through rclone")
+    check("copied from" in j.output("# The dataset"), f"j did not copy k's dataset: {j.output('# The dataset')}")
+    status = subprocess.run([ARGS.gradbox, "status", "--shared", os.path.join(work, "drive", "gradbox", "run1")],
+                            capture_output=True, text=True).stdout
+    for worker in ("k-gpu0", "k-gpu1", "j"):
+        line = next((l for l in status.splitlines() if l.split()[:1] == [worker]), "")
+        check(" left" in line, f"{worker} did not announce its departure:\n{status}")
+    check("UNSIGNED" not in status, f"the Kaggle workers did not sign their files:\n{status}")
+    print(f"kaggle notebook: k-gpu0 {len(r0)} rounds, k-gpu1 {len(r1)}, j {len(rj)} (joined mid-run, trained {j_trained});"
+          " plots, export, dataset, cache and departures checked through rclone")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
+    parser.add_argument("--platform", choices=sorted(NOTEBOOKS), default="colab")
     parser.add_argument("--source", required=True)
     parser.add_argument("--gradbox", required=True)
     parser.add_argument("--work", required=True)
     ARGS = parser.parse_args()
-    if not os.path.isdir(FORTUNES):
-        sys.exit(f"{FORTUNES}: Debian's fortunes package is not installed (scripts/setup.sh installs it)")
     main()
