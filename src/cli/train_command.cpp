@@ -533,7 +533,7 @@ void add_train_command(CLI::App& app) {
                                           "as a poisoned batch would (comma-separated)");
   flags->add("--inject-spike-factor", &worker::TrainConfig::inject_spike_factor, "Testing: see --inject-spike-steps");
   flags->add("--eval-interval", &worker::TrainConfig::eval_interval, "Steps between validation runs (0: never)");
-  flags->add("--eval-batches", &worker::TrainConfig::eval_batches, "Micro-batches per validation run");
+  flags->add("--eval-batches", &worker::TrainConfig::eval_batches, "Validation batches of 8 sequences per validation run (the same ones on every worker)");
   flags->add("--checkpoint-interval", &worker::TrainConfig::checkpoint_interval, "Steps between checkpoints (0: end only, -1: never)");
   flags->add("--keep-checkpoints", &worker::TrainConfig::keep_checkpoints, "Checkpoints kept in the run folder");
   flags->add("--log-interval", &worker::TrainConfig::log_interval, "Steps between progress lines");

@@ -531,19 +531,25 @@ uint64_t model_fingerprint(const model::ModelConfig& config) {
   return checksum64(text.data(), text.size());
 }
 
+// The same sequences on every worker, whatever its micro-batch (which only sets how many rows
+// go through the model at once): replicas holding the same parameters print the same loss.
 double Trainer::evaluate() {
   if (!val_sampler_) return std::numeric_limits<double>::quiet_NaN();
   model_->eval();
   torch::NoGradGuard no_grad;
   double total = 0.0;
   for (int64_t i = 0; i < config_.eval_batches; ++i) {
-    Batch batch = val_sampler_->batch(i, config_.micro_batch);
-    AutocastScope autocast(runtime_);
-    total += model_->loss(batch.inputs.to(runtime_.device), batch.targets.to(runtime_.device), config_.lm_head_chunk)
-                 .item<double>();
+    Batch batch = val_sampler_->batch(i, kEvalRows);
+    for (int64_t row = 0; row < kEvalRows; row += config_.micro_batch) {
+      const int64_t rows = std::min(config_.micro_batch, kEvalRows - row);
+      AutocastScope autocast(runtime_);
+      const torch::Tensor inputs = batch.inputs.narrow(0, row, rows).to(runtime_.device);
+      const torch::Tensor targets = batch.targets.narrow(0, row, rows).to(runtime_.device);
+      total += model_->loss(inputs, targets, config_.lm_head_chunk).item<double>() * static_cast<double>(rows);
+    }
   }
   model_->train();
-  return total / static_cast<double>(config_.eval_batches);
+  return total / static_cast<double>(config_.eval_batches * kEvalRows);
 }
 
 void Trainer::reload_agreed_state() {

@@ -69,6 +69,7 @@ class Trainer {
   // checkpoint every other worker starts from).
   void join_run(std::unique_ptr<exchange::GradientExchange> exchange, bool overlap = false);
   double evaluate();  // mean validation loss over the fixed eval batches
+  static constexpr int64_t kEvalRows = 8;  // sequences per eval batch, on every worker
   // Continues from a checkpoint folder (one fetched from a shared folder when joining a run).
   void resume_from(const std::filesystem::path& dir) { restore(dir, model_->config()); }
   // Writes a checkpoint of the current step now (a founder's initial weights, step 0).

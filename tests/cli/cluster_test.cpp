@@ -123,9 +123,25 @@ class ClusterTest : public CliTest {
 TEST_F(ClusterTest, ThreeWorkersFp32MatchOneProcessOnTheUnionBitForBit) {
   const fs::path base = dir("cluster_fp32");
   const int steps = 30;
-  for (const auto& [name, code] : run_cluster(base, steps, {"--codec", "fp32", "--deadline-floor", "30"}))
+  for (const auto& [name, code] :
+       run_cluster(base, steps, {"--codec", "fp32", "--deadline-floor", "30", "--eval-interval", "10", "--eval-batches", "2"}))
     ASSERT_EQ(code, 0) << name << "\n" << log_of(base, name);
   expect_every_contribution_used(base);
+  // Identical replicas print one validation loss, whatever their micro-batches (4, 2, 3): each
+  // evaluates the same sequences (it printed three before: each evaluated batches of its size).
+  auto val_losses = [](const fs::path& run) {
+    std::map<int, double> out;
+    for (const nlohmann::json& r : read_metrics(run))
+      if (r.contains("val_loss")) out[r["step"].get<int>()] = r["val_loss"].get<double>();
+    return out;
+  };
+  const std::map<int, double> val_a = val_losses(base / "a");
+  ASSERT_EQ(val_a.size(), 3u);  // steps 10, 20, 30
+  for (const Worker& w : kWorkers) {
+    const std::map<int, double> val = val_losses(base / w.name);
+    ASSERT_EQ(val.size(), val_a.size()) << w.name;
+    for (const auto& [step, loss] : val_a) EXPECT_NEAR(val.at(step), loss, 1e-5) << w.name << " step " << step;
+  }
   const fs::path reference = emulate(base, steps);
   const std::string model = read_bytes(final_checkpoint(reference, steps) / "model.safetensors");
   const std::string moments = read_bytes(final_checkpoint(reference, steps) / "optimizer.safetensors");
