@@ -48,6 +48,10 @@ INNER_STEPS = 100            # DiLoCo: local steps per round
 MAX_STEPS = 20000
 MICRO_BATCH = 8
 EXTRA_ARGS = []              # more `gradbox train` flags, e.g. ["--round-seconds", "1800"]
+# How long a worker waits on Drive, whose copies reach other sessions in seconds to minutes
+# (p90 ~2 min): a contribution, an owner before the next takes over (8x the p90 lag), a silent
+# peer before it counts as dead. gradbox's own defaults (30/60/60 s) suit a local folder.
+DEADLINES = ["--contribution-timeout", "300", "--failover-timeout", "960", "--stale-after", "1920"]
 WATCH_ROUNDS = 0             # the progress cell returns after this many rounds trained (0: when the worker ends)
 WATCH_HOURS = 12
 REFRESH_SECONDS = 15
@@ -148,7 +152,7 @@ elif MODE == "per-step":
 else:
     raise ValueError(f"MODE must be diloco or per-step, not {MODE!r}")
 for s in sessions:
-    gb.start_worker(s, data_dir, train_args + list(EXTRA_ARGS))
+    gb.start_worker(s, data_dir, train_args + list(DEADLINES) + list(EXTRA_ARGS))
 """
 
 WATCH = """

@@ -54,6 +54,7 @@ def parameters(work, worker, watch_rounds, peers, gpu_workers=0):
         "EXTRA_ARGS": ["--block-size", "64", "--threads", "1", "--peers", peers, "--checkpoint-interval", "8",
                        "--eval-interval", "0", "--log-interval", "4", "--heartbeat-interval", "2",
                        "--lr", "3e-3", "--warmup-steps", "2"],
+        "DEADLINES": [],  # gradbox's own, sized for a local folder: the committed ones suit Drive's minutes
         "WATCH_ROUNDS": watch_rounds,
         "WATCH_HOURS": 0.25,
         "REFRESH_SECONDS": 2,
@@ -231,10 +232,11 @@ def committed_parameters(name):
 
 
 def check_committed_defaults(work):
-    """The kernels above override DATASET, TEXT, MODEL and MICRO_BATCH (time). The committed
-    defaults must make a dataset in a storage that holds nothing (no text uploaded), and name a
+    """The kernels above override MODEL, MICRO_BATCH and DEADLINES (time). The committed
+    defaults must make a dataset in a storage that holds nothing (no text uploaded), name a
     preset that exists and, at the default micro-batch, fits a T4's 15 GB (both platforms' free
-    GPU), as gradbox's own memory report judges it on that dataset."""
+    GPU), as gradbox's own memory report judges it on that dataset, and run with the committed
+    mode, codec and deadlines."""
     sys.path.insert(0, os.path.join(ARGS.source, "notebooks"))
     import gradbox_session as gb
     for name in ("colab_worker.ipynb", "kaggle_worker.ipynb"):
@@ -253,6 +255,14 @@ def check_committed_defaults(work):
         check(report.returncode == 0 and "\n  fits:" in report.stdout,
               f"{name}: the default MODEL {p['MODEL']!r} at MICRO_BATCH {p['MICRO_BATCH']} does not train on a T4:\n"
               f"{report.stdout[-600:]}{report.stderr}")
+        # The committed MODE, CODEC, INNER_STEPS and DEADLINES, as the start cell passes them, on a
+        # two-step solo run of the smallest model: gradbox refuses flags it cannot run with.
+        mode = ["--sync", "diloco", "--inner-steps", str(p["INNER_STEPS"])] if p["MODE"] == "diloco" else ["--exchange", "sharded", "--overlap"]
+        solo = subprocess.run([ARGS.gradbox, "train", "--model", "gpt2-tiny", "--block-size", "32", "--micro-batch", "2",
+                               "--max-steps", "2", "--data", data_dir, "--out", os.path.join(root, "solo"),
+                               "--shared", os.path.join(root, "drive", "solo-run"), "--worker", "d", "--codec", p["CODEC"],
+                               *mode, *p["DEADLINES"], *p["EXTRA_ARGS"]], capture_output=True, text=True)
+        check(solo.returncode == 0, f"{name}: the default MODE, CODEC and DEADLINES do not run:\n{solo.stdout[-600:]}{solo.stderr[-600:]}")
         print(f"{name}: defaults make {p['DATASET']!r} with nothing uploaded ({meta.get('train_tokens', '?')} training tokens) "
               f"and {p['MODEL']} at micro-batch {p['MICRO_BATCH']} fits a T4")
 
