@@ -20,7 +20,7 @@ void add_sample_command(CLI::App& app) {
   };
   auto o = std::make_shared<Options>();
   cmd->add_option("--from", o->from, "Run folder, checkpoint folder or Hugging Face folder")->required();
-  cmd->add_option("--prompt", o->prompt, "Text to continue")->capture_default_str();
+  cmd->add_option("--prompt", o->prompt, "Text to continue (default: a new line, text from scratch)");
   cmd->add_option("--tokenizer", o->tokenizer_dir, "Tokenizer folder (default: the run's or the HF folder's)");
   cmd->add_option("--max-new-tokens", o->sampling.max_new_tokens, "Tokens to generate")->capture_default_str();
   cmd->add_option("--temperature", o->sampling.temperature, "Softmax temperature (0: greedy)")->capture_default_str();
@@ -40,8 +40,13 @@ void add_sample_command(CLI::App& app) {
     for (int64_t i = 0; i < o->samples; ++i) {
       sampling.seed = o->sampling.seed + static_cast<uint64_t>(i);
       std::vector<int32_t> ids = worker::generate(*loaded.model, prompt, sampling);
-      if (!ids.empty() && ids.back() == tok->eot_id()) ids.pop_back();
-      std::cout << tok->decode(ids) << "\n";
+      const bool ended = ids.size() > prompt.size() && ids.back() == tok->eot_id();
+      if (ended) ids.pop_back();
+      std::cout << tok->decode(ids) << std::endl;
+      // Why it stopped, on stderr (stdout stays the text): a short sample is the model's choice.
+      std::cerr << "(" << ids.size() - prompt.size() << " new tokens: "
+                << (ended ? "the model wrote its end-of-text token" : str("--max-new-tokens ", sampling.max_new_tokens, " reached"))
+                << ")\n";
       if (i + 1 < o->samples) std::cout << "---\n";
     }
   });

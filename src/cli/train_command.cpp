@@ -543,7 +543,7 @@ void add_train_command(CLI::App& app) {
                                            "AdamW's moments in fp32, or int8: 8 bits a value on a logarithmic scale per "
                                            "block of 256, 2 bytes a parameter instead of 8 (Note [8-bit moments])");
   flags->add_parsed<worker::Precision>("--precision", &worker::TrainConfig::precision, "auto", worker::parse_precision,
-                                       "auto (bf16 on CUDA, fp32 on CPU), fp32, bf16 or fp16");
+                                       "auto (on CUDA bf16 from Ampere on, fp16 before it, e.g. a T4; fp32 on CPU), fp32, bf16 or fp16");
   flags->add("--threads", &worker::TrainConfig::threads, "CPU threads (0: cores / local workers)");
   flags->add("--local-workers", &worker::TrainConfig::local_workers, "gradbox processes sharing this machine");
   take_last(cmd->add_option("--stop-at-step", *stop_at_step, "Stop after this step with a checkpoint, as if interrupted (0: never)"));

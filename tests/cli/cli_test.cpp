@@ -328,6 +328,10 @@ TEST_F(CliTest, ExportSampleImportContinue) {
   ASSERT_EQ(from_hf.exit_code, 0) << from_hf.output;
   EXPECT_EQ(from_run.output, from_hf.output);
   EXPECT_TRUE(contains(from_run.output, "The ")) << from_run.output;
+  // It says why it stopped: the token budget, or the model's own end of text.
+  EXPECT_TRUE(contains(from_run.output, " new tokens: --max-new-tokens 16 reached)") ||
+              contains(from_run.output, " new tokens: the model wrote its end-of-text token)"))
+      << from_run.output;
 
   const fs::path imported = dir("imported_run");
   ProcessResult import = run_process({kBinary, "import", "--from", hf.string(), "--out", imported.string()});
