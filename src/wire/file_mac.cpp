@@ -6,6 +6,7 @@
 #include <openssl/rand.h>
 
 #include <algorithm>
+#include <memory>
 #include <cstdlib>
 #include <stdexcept>
 
@@ -30,6 +31,7 @@ void append_field(std::string& out, std::string_view field) {
   out.append(field);
 }
 
+#if OPENSSL_VERSION_NUMBER >= 0x30000000L
 // EVP_MAC "POLY1305", fetched once.
 EVP_MAC* poly1305() {
   static EVP_MAC* mac = [] {
@@ -39,6 +41,37 @@ EVP_MAC* poly1305() {
   }();
   return mac;
 }
+
+// Poly1305 of the pieces under a one-time key (OpenSSL 3: EVP_MAC).
+FileMac::Tag poly1305_tag(const unsigned char (&key)[32], std::span<const std::string_view> pieces) {
+  EVP_MAC_CTX* ctx = EVP_MAC_CTX_new(poly1305());
+  GB_CHECK(ctx != nullptr, "EVP_MAC_CTX_new failed");
+  const std::unique_ptr<EVP_MAC_CTX, void (*)(EVP_MAC_CTX*)> owned(ctx, EVP_MAC_CTX_free);
+  FileMac::Tag out{};
+  size_t out_size = 0;
+  bool ok = EVP_MAC_init(ctx, key, sizeof(key), nullptr) == 1;
+  for (std::string_view piece : pieces)
+    ok = ok && EVP_MAC_update(ctx, reinterpret_cast<const unsigned char*>(piece.data()), piece.size()) == 1;
+  GB_CHECK(ok && EVP_MAC_final(ctx, out.data(), &out_size, out.size()) == 1 && out_size == out.size(), "Poly1305 failed");
+  return out;
+}
+#else
+// OpenSSL 1.1.1 (Debian 11, Ubuntu 20.04) has no EVP_MAC: the same MAC as a signing key.
+FileMac::Tag poly1305_tag(const unsigned char (&key)[32], std::span<const std::string_view> pieces) {
+  EVP_PKEY* pkey = EVP_PKEY_new_raw_private_key(EVP_PKEY_POLY1305, nullptr, key, sizeof(key));
+  GB_CHECK(pkey != nullptr, "EVP_PKEY_new_raw_private_key(POLY1305) failed");
+  const std::unique_ptr<EVP_PKEY, void (*)(EVP_PKEY*)> owned_key(pkey, EVP_PKEY_free);
+  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+  GB_CHECK(ctx != nullptr, "EVP_MD_CTX_new failed");
+  const std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> owned(ctx, EVP_MD_CTX_free);
+  FileMac::Tag out{};
+  size_t out_size = out.size();
+  bool ok = EVP_DigestSignInit(ctx, nullptr, nullptr, nullptr, pkey) == 1;
+  for (std::string_view piece : pieces) ok = ok && EVP_DigestSignUpdate(ctx, piece.data(), piece.size()) == 1;
+  GB_CHECK(ok && EVP_DigestSignFinal(ctx, out.data(), &out_size) == 1 && out_size == out.size(), "Poly1305 failed");
+  return out;
+}
+#endif
 
 }  // namespace
 
@@ -164,23 +197,11 @@ FileMac::Tag FileMac::tag(std::string_view run_id, std::string_view rel, std::st
                 reinterpret_cast<const unsigned char*>(context.data()), context.size(), key, &key_size) != nullptr &&
                key_size == sizeof(key),
            "HMAC-SHA256 failed");
-  EVP_MAC_CTX* ctx = EVP_MAC_CTX_new(poly1305());
-  GB_CHECK(ctx != nullptr, "EVP_MAC_CTX_new failed");
-  struct Free {
-    EVP_MAC_CTX* ctx;
+  struct Cleanse {
     unsigned char* key;
-    ~Free() {
-      EVP_MAC_CTX_free(ctx);
-      OPENSSL_cleanse(key, 32);
-    }
-  } free_at_exit{ctx, key};
-  Tag out{};
-  size_t out_size = 0;
-  bool ok = EVP_MAC_init(ctx, key, sizeof(key), nullptr) == 1;
-  for (std::string_view piece : signed_pieces)
-    ok = ok && EVP_MAC_update(ctx, reinterpret_cast<const unsigned char*>(piece.data()), piece.size()) == 1;
-  GB_CHECK(ok && EVP_MAC_final(ctx, out.data(), &out_size, out.size()) == 1 && out_size == out.size(), "Poly1305 failed");
-  return out;
+    ~Cleanse() { OPENSSL_cleanse(key, 32); }
+  } cleanse_at_exit{key};
+  return poly1305_tag(key, signed_pieces);
 }
 
 bool FileMac::equal(const Tag& a, std::string_view b) {

@@ -63,6 +63,19 @@ void expect_signature_error(const std::string& bytes, FileKey key, const std::st
   }
 }
 
+// The tag is a wire format: a file signed on one machine must verify on every other, whatever
+// its OpenSSL (3's EVP_MAC, or 1.1.1's signing-key Poly1305 on Debian 11). Known answer,
+// computed once with OpenSSL 3.0; the two code paths must keep producing it.
+TEST(FileMac, TheTagIsTheSameOnEveryOpenSsl) {
+  const FileMac mac(kSecret);
+  const FileMac::Tag tag = mac.tag("run-1", kRel, "0123456789abcdef", "the bytes before the tag");
+  std::string hex;
+  for (unsigned char c : tag) hex += "0123456789abcdef"[c >> 4], hex += "0123456789abcdef"[c & 15];
+  EXPECT_EQ(hex, "c79b5b3dbf0a149365c642b2f19e4c5d");
+  const std::string_view pieces[] = {"the bytes ", "before the tag"};
+  EXPECT_EQ(mac.tag("run-1", kRel, "0123456789abcdef", pieces), tag);
+}
+
 TEST(FileMac, ASignedFileRoundTripsAndReadsWithoutTheKeyToo) {
   const FileMac mac(kSecret);
   const std::string payload(100000, 'p');
