@@ -40,5 +40,5 @@ for r in val:
 PY
 
 echo
-echo "== sample =="
-"$GRADBOX" --log-level warn sample --from "$OUT/cluster/a" --prompt "And God said" --max-new-tokens 80 --temperature 0.8 --top-k 50
+echo "== a sample of 300 tokens (a verse is a document: each end of text starts a new line) =="
+"$GRADBOX" --log-level warn sample --from "$OUT/cluster/a" --prompt "And God said" --temperature 0.8 --top-k 50 --max-new-tokens 300 --past-end-of-text

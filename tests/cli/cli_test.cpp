@@ -332,6 +332,11 @@ TEST_F(CliTest, ExportSampleImportContinue) {
   EXPECT_TRUE(contains(from_run.output, " new tokens: --max-new-tokens 16 reached)") ||
               contains(from_run.output, " new tokens: the model wrote its end-of-text token)"))
       << from_run.output;
+  // Past the end of text, it writes the tokens asked for, whatever the model ends.
+  ProcessResult long_sample = run_process({kBinary, "--log-level", "warn", "sample", "--from", run.string(), "--prompt",
+                                           "The ", "--max-new-tokens", "40", "--past-end-of-text"});
+  ASSERT_EQ(long_sample.exit_code, 0) << long_sample.output;
+  EXPECT_TRUE(contains(long_sample.output, "(40 new tokens: --max-new-tokens 40 reached)")) << long_sample.output;
 
   const fs::path imported = dir("imported_run");
   ProcessResult import = run_process({kBinary, "import", "--from", hf.string(), "--out", imported.string()});
