@@ -7,7 +7,7 @@ Each --run is a worker's --out folder; several put one line per worker on each p
   loss.png        train loss (smoothed) and validation loss against tokens per worker
   throughput.png  this worker's tokens/s against tokens per worker
   exchange.png    seconds waiting on the exchange, and bytes written, per round
-  membership.png  contributors per round (rounds that record them: DiLoCo)
+  membership.png  contributors per round (per-step runs: per step)
 A plot with nothing to show is not written. Prints the files written, one per line.
 """
 import argparse
@@ -153,11 +153,13 @@ def main():
             wait_ax.plot([r["round"] for r in rounds], [r.get("wait_seconds", 0) for r in rounds], ".-", label=name)
             bytes_ax.plot([r["round"] for r in rounds], [r.get("bytes_written", 0) / 1e6 for r in rounds], ".-",
                           label=name)
-        else:
+        else:  # per-step runs: each step a round
             steps = [r for r in records if is_train(r) and "exchange_wait_seconds" in r]
             if steps:
                 any_round = True
                 wait_ax.plot([r["step"] for r in steps], [r["exchange_wait_seconds"] for r in steps], ".-", label=name)
+                sent = [r for r in steps if "exchange_bytes_written" in r]
+                bytes_ax.plot([r["step"] for r in sent], [r["exchange_bytes_written"] / 1e6 for r in sent], ".-", label=name)
     if any_round:
         wait_ax.set_ylabel("waited on the exchange (s)")
         bytes_ax.set_ylabel("MB written")
@@ -174,11 +176,22 @@ def main():
     any_members = False
     for name, records, _ in runs:
         rounds = [r for r in records if "round" in r and "contributors" in r]
+        x = "round"
+        if not rounds:  # per-step runs: each step a round
+            rounds, x = [r for r in records if is_train(r) and "contributors" in r], "step"
         if rounds:
             any_members = True
-            ax.step([r["round"] for r in rounds], [r["contributors"] for r in rounds], where="post", label=name)
+            ax.step([r[x] for r in rounds], [r["contributors"] for r in rounds], where="post", label=name)
     ax.yaxis.get_major_locator().set_params(integer=True)
-    finish(fig, ax, any_members, "membership.png", "Membership", "round", "contributors")
+    finish(fig, ax, any_members, "membership.png", "Membership", "round (per-step runs: step)", "contributors")
+
+    # Say what was not drawn and why: a missing PNG is otherwise a mystery.
+    drawn = {os.path.basename(p) for p in written}
+    for name, why in (("loss.png", "no train or validation loss"), ("throughput.png", "no timed steps"),
+                      ("exchange.png", "no exchange: a single worker without --shared"),
+                      ("membership.png", "no rounds that record their contributors")):
+        if name not in drawn:
+            print(f"gradbox plot: {name} not drawn: {why} in " + ", ".join(args.run), file=sys.stderr)
 
     if not written:
         sys.exit("gradbox plot: no train, validation or round records in " + ", ".join(args.run))

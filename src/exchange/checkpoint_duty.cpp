@@ -29,7 +29,7 @@ bool CheckpointDuty::publish_now(uint64_t step) {
   if (!local_ || local_->step != step || !fs::exists(local_->dir / "manifest.json", ec)) return false;
   if (publisher_.busy()) return publishing_step_ == step;  // already on its way
   local_->settled = true;
-  context_.log().warn(str("publishing the checkpoint of step ", step, " out of turn: the replicas disagree on it"));
+  context_.log().warn(str("publishing the checkpoint of round ", step, " out of turn: the replicas disagree on it"));
   publisher_.start(local_->dir, step, kContestedEpoch, context_.config.worker, local_->tokens, local_->parameters_checksum);
   publishing_step_ = step;
   return true;
@@ -62,7 +62,7 @@ void CheckpointDuty::start_publish_if_due(const std::vector<FolderCheckpoint>& f
   }
   if (epoch > 0) {
     ++context_.stats.checkpoint_failovers;
-    context_.log().warn(str("no folder checkpoint of step ", local.step, " after ", waited, " s; ", self,
+    context_.log().warn(str("no folder checkpoint of round ", local.step, " after ", waited, " s; ", self,
                             " publishes it as epoch ", epoch));
   }
   publisher_.start(local.dir, local.step, epoch, self, local.tokens, local.parameters_checksum);
@@ -73,7 +73,7 @@ void CheckpointDuty::maintain() {
   try {
     if (publisher_.poll()) {
       ++context_.stats.checkpoints_published;
-      context_.log().info(str("folder checkpoint of step ", *publishing_step_, " complete (manifest written)"));
+      context_.log().info(str("folder checkpoint of round ", *publishing_step_, " complete (manifest written)"));
     }
     const std::vector<FolderCheckpoint> folder = list_folder_checkpoints(context_.mirror, context_.identity(), &manifests_);
     start_publish_if_due(folder);

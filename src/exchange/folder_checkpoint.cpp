@@ -141,8 +141,8 @@ wire::WireFile read_part(const Source& source, const std::string& rel, const wir
   const wire::CheckpointPart& body = part.header.checkpoint_part();
   GB_REQUIRE(body.step() == manifest.step() && body.publisher() == manifest.publisher() &&
                  body.index() == static_cast<uint32_t>(index),
-             origin, ": is part ", body.index(), " of step ", body.step(), " by ", body.publisher(), ", expected part ",
-             index, " of step ", manifest.step(), " by ", manifest.publisher());
+             origin, ": is part ", body.index(), " of round ", body.step(), " by ", body.publisher(), ", expected part ",
+             index, " of round ", manifest.step(), " by ", manifest.publisher());
   return part;
 }
 
@@ -249,7 +249,7 @@ CheckpointPublisher& CheckpointPublisher::operator=(CheckpointPublisher&&) noexc
 
 void CheckpointPublisher::start(const fs::path& local_checkpoint, uint64_t step, uint32_t epoch,
                                 const std::string& publisher, uint64_t tokens, uint64_t parameters_checksum) {
-  GB_CHECK(!pending_, "the checkpoint of step ", pending_->manifest.step(), " is still being published");
+  GB_CHECK(!pending_, "the checkpoint of round ", pending_->manifest.step(), " is still being published");
   GB_CHECK(is_plain_name(publisher), "publisher '", publisher, "' is not a plain name");
   auto pending = std::make_unique<Pending>();
   pending->dir_rel = folder_checkpoint_dir(step, epoch, publisher);

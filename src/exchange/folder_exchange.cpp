@@ -107,10 +107,10 @@ class FolderExchange final : public GradientExchange {
     if (newest && static_cast<int64_t>(newest->step) > local_step) {
       plan.checkpoint = checkpoints_.fetch(*newest, run_dir, start);
       context_.log().info(str(founding_member ? "starting run " : "joining run ", c.run_id,
-                              " from the folder checkpoint of step ", newest->step, " (by ", newest->publisher, ")"));
+                              " from the folder checkpoint of round ", newest->step, " (by ", newest->publisher, ")"));
     } else if (newest) {
-      context_.log().info(str("joining run ", c.run_id, " from the local checkpoint of step ", local_step,
-                              " (the folder's newest is step ", newest->step, ")"));
+      context_.log().info(str("joining run ", c.run_id, " from the local checkpoint of round ", local_step,
+                              " (the folder's newest is round ", newest->step, ")"));
     }
     publish_heartbeat("joining");
     return plan;
@@ -322,8 +322,8 @@ class FolderExchange final : public GradientExchange {
     // it sees are not the majority's): wait, bounded, for the majority's next checkpoint.
     const uint64_t past = replicas_.must_reload_past();
     if (newest->step < past)
-      context_.log().warn(str("a replay from the checkpoint of step ", newest->step, " came out in the minority of round ",
-                              past, " again; waiting for a checkpoint of step ", past, " or later"));
+      context_.log().warn(str("a replay from the checkpoint of round ", newest->step, " came out in the minority of round ",
+                              past, " again; waiting for a checkpoint of round ", past, " or later"));
     while (newest->step < past && context_.clock.now_s() - start < context_.config.give_up_timeout_s) {
       context_.check_alive();
       checkpoints_.maintain();
@@ -332,7 +332,7 @@ class FolderExchange final : public GradientExchange {
       newest = checkpoints_.newest(true, start);
     }
     fs::path dir = checkpoints_.fetch(*newest, run_dir, start);
-    context_.log().warn(str("reloaded the agreed state: folder checkpoint of step ", newest->step, " by ", newest->publisher));
+    context_.log().warn(str("reloaded the agreed state: folder checkpoint of round ", newest->step, " by ", newest->publisher));
     views_.forget_expected();
     return dir;
   }
@@ -479,7 +479,7 @@ class FolderExchange final : public GradientExchange {
     if (newest_round_seen() <= round + 1) return false;
     const std::optional<FolderCheckpoint> newest = checkpoints_.newest(false, context_.clock.now_s());
     if (!newest || newest->step < round) return false;
-    context_.log().warn(str("round ", round, " is gone from the folder; reloading the checkpoint of step ", newest->step));
+    context_.log().warn(str("round ", round, " is gone from the folder; reloading the checkpoint of round ", newest->step));
     return true;
   }
 

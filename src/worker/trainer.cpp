@@ -439,6 +439,7 @@ double Trainer::apply_round(const exchange::RoundResult& result, uint64_t round,
     return std::numeric_limits<double>::quiet_NaN();
   }
   if (result.control) pending_controls_.add(*result.control);
+  step_round_ = StepRound{result.contributors, result.bytes_written};
   tokens_ += static_cast<int64_t>(result.tokens);
   if (result.skip) {
     // Some worker of the agreed set overflowed: every replica skips this round together.
@@ -662,6 +663,7 @@ TrainSummary Trainer::run(const StopPredicate& should_stop) {
       apply_curriculum(step_ + 1);
       const int64_t tokens_before = tokens_;
       step_exchange_wait_s_ = 0;
+      step_round_.reset();
       const bool gradient_round = !in_diloco_phase();
       const bool measured = config_.thermometer_interval > 0 && (step_ + 1) % config_.thermometer_interval == 0;
       if (measured) {
@@ -690,6 +692,10 @@ TrainSummary Trainer::run(const StopPredicate& should_stop) {
       nlohmann::json line = {{"step", step_}, {"loss", loss}, {"lr", lr * lr_multiplier_}, {"grad_norm", last_grad_norm_},
                              {"tokens", tokens_}, {"step_seconds", seconds}};
       if (exchange_) line["exchange_wait_seconds"] = step_exchange_wait_s_;
+      if (step_round_) {
+        line["contributors"] = step_round_->contributors;
+        line["exchange_bytes_written"] = step_round_->bytes_written;
+      }
       if (config_.round_seconds > 0 && gradient_round) line["micro_batches"] = micro_batches_;
       if (measured) line["thermometer"] = thermometer_.read();
       if (!spike_event_.is_null()) line["spike"] = std::exchange(spike_event_, nullptr);

@@ -247,6 +247,11 @@ class Trainer {
   torch::Tensor delta_;          // the pseudo-gradient handed to the exchange (CPU)
   std::optional<EagerOuter> eager_;  // Note [Eager outer steps]: with --overlap-steps and the eager rule
   double step_exchange_wait_s_ = 0;  // this step's time blocked on the exchange (waiting_on_exchange)
+  struct StepRound {
+    int contributors;
+    uint64_t bytes_written;
+  };
+  std::optional<StepRound> step_round_;  // the per-step round this step applied, for its metrics line
   exchange::RoundBox box_;  // DiLoCo: the inner steps of the round this worker computes in, and its time box
   // --emulate-workers with DiLoCo: each emulated worker's own parameters and inner moments.
   struct EmulatedReplica {

@@ -137,7 +137,7 @@ TEST_F(ElasticTest, AWorkerJoinsMidRunFromTheFolderCheckpointWithoutMakingOthers
   ASSERT_EQ(wait_process(c), 0) << logs(base, "c");
 
   const std::string log_c = logs(base, "c");
-  EXPECT_TRUE(contains(log_c, "joining run shared from the folder checkpoint of step")) << log_c;
+  EXPECT_TRUE(contains(log_c, "joining run shared from the folder checkpoint of round")) << log_c;
   const nlohmann::json ex_a = exchange_stats(base, "a"), ex_c = exchange_stats(base, "c");
   EXPECT_GE(ex_a["members_added"].get<int>() + exchange_stats(base, "b")["members_added"].get<int>(), 1) << ex_a.dump();
   // It caught up by replaying, then contributed to the rounds after.
@@ -252,7 +252,7 @@ void ElasticTest::kill_the_publisher_mid_checkpoint(const fs::path& base, const 
   for (const auto& [name, pid] : pids) failovers += exchange_stats(base, name)["checkpoint_failovers"].get<int>();
   EXPECT_GE(failovers, 1) << logs(base, survivor) << logs(base, victim);
   const std::string log_d = logs(base, "d");
-  EXPECT_TRUE(contains(log_d, "from the folder checkpoint of step")) << log_d;
+  EXPECT_TRUE(contains(log_d, "from the folder checkpoint of round")) << log_d;
   EXPECT_FALSE(contains(log_d, "(by " + victim + ")")) << log_d;
   const std::string model = final_model(base, survivor, o.steps);
   ASSERT_FALSE(model.empty());
@@ -391,7 +391,7 @@ TEST_F(ElasticTest, DilocoRoundsSurviveKillsInsideARoundAndWhilePublishingAndLet
   ASSERT_FALSE(model.empty());
   for (const std::string name : {"b", "c", "d"}) EXPECT_EQ(final_model(base, name, steps), model) << name;
   const std::string log_d = logs(base, "d");
-  EXPECT_TRUE(contains(log_d, "from the folder checkpoint of step")) << log_d;
+  EXPECT_TRUE(contains(log_d, "from the folder checkpoint of round")) << log_d;
   for (const std::string name : {"a", "b", "c", "d"}) {
     const nlohmann::json ex = exchange_stats(base, name);
     EXPECT_EQ(ex["round"], steps / 4) << name << ": " << ex.dump();
@@ -417,9 +417,9 @@ TEST_F(ElasticTest, ADiLoCoJoinerDuringTheWarmUpStartsFromTheWarmedUpParameters)
   pids["d"] = start(base, "d", with(steps, "", sync));
   for (const auto& [name, pid] : pids) ASSERT_EQ(wait_process(pid), 0) << logs(base, name);
   const std::string log_d = logs(base, "d");
-  const size_t at = log_d.find("from the folder checkpoint of step ");
+  const size_t at = log_d.find("from the folder checkpoint of round ");
   ASSERT_NE(at, std::string::npos) << log_d;
-  const int joined_at = std::stoi(log_d.substr(at + std::string("from the folder checkpoint of step ").size()));
+  const int joined_at = std::stoi(log_d.substr(at + std::string("from the folder checkpoint of round ").size()));
   ASSERT_LT(joined_at, warmup) << "the joiner came after the warm-up: nothing tested\n" << log_d;
   for (const std::string name : {"a", "b", "d"}) {
     const nlohmann::json ex = exchange_stats(base, name);

@@ -70,10 +70,29 @@ def main():
         image = matplotlib.image.imread(path)
         assert image.shape[0] >= 300 and image.shape[1] >= 600, (path, image.shape)
 
+    # A per-step run through a folder (one member): each step is a round, so the exchange plot's
+    # "MB written" panel and the membership plot have data (the panel was drawn empty, and
+    # membership.png skipped without a word).
+    folder_run = os.path.join(work, "folder-run")
+    os.makedirs(os.path.join(work, "shared"))
+    run(train[:train.index("--out") + 1] + [folder_run] + train[train.index("--out") + 2:] +
+        ["--max-steps", "6", "--shared", os.path.join(work, "shared", "run"), "--worker", "a"])
+    steps = [json.loads(line) for line in open(os.path.join(folder_run, "metrics.jsonl"))]
+    steps = [r for r in steps if "loss" in r]
+    assert len(steps) == 6 and all(r["contributors"] == 1 and r["exchange_bytes_written"] > 0 for r in steps), steps
+    folder_plots = os.path.join(work, "folder-plots")
+    shown = subprocess.run([g, "plot", "--run", folder_run, "--out", folder_plots], capture_output=True, text=True)
+    assert shown.returncode == 0, shown.stderr
+    folder_names = sorted(os.path.basename(p) for p in shown.stdout.split())
+    assert folder_names == ["exchange.png", "loss.png", "membership.png", "throughput.png"], folder_names
+    # The single worker's plots above: the two it could not draw are named, with the reason.
+    alone = subprocess.run([g, "plot", "--run", out, "--out", plots], capture_output=True, text=True)
+    assert "exchange.png not drawn" in alone.stderr and "membership.png not drawn" in alone.stderr, alone.stderr
+
     bad = subprocess.run([g, "plot", "--run", os.path.join(work, "no-such-run"), "--out", plots],
                          capture_output=True, text=True)
     assert bad.returncode != 0 and "no-such-run" in bad.stderr and "metrics.jsonl" in bad.stderr, bad.stderr
-    print(f"plots {names}; TensorBoard: {len(tags)} scalar tags, {len(train_loss)} train/loss points in 2 files")
+    print(f"plots {names}, per-step through a folder {folder_names}; TensorBoard: {len(tags)} scalar tags, {len(train_loss)} train/loss points in 2 files")
 
 
 if __name__ == "__main__":
