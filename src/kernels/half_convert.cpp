@@ -1,3 +1,4 @@
+#include "common/bit_cast.h"
 #include "kernels/half_convert.h"
 
 // Every loop is cloned for x86-64-v3 (AVX2): GCC vectorises the integer selects 8 wide there,
@@ -52,7 +53,7 @@ GB_KERNEL_CLONES
 void from_bf16_planes(const uint8_t* __restrict__ lo, const uint8_t* __restrict__ hi, size_t n,
                       float* __restrict__ dst) {
   for (size_t i = 0; i < n; ++i) {
-    dst[i] = std::bit_cast<float>((static_cast<uint32_t>(hi[i]) << 24) |
+    dst[i] = gradbox::bit_cast<float>((static_cast<uint32_t>(hi[i]) << 24) |
                                   (static_cast<uint32_t>(lo[i]) << 16));
   }
 }

@@ -21,10 +21,12 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/bit_cast.h"
+
 namespace gradbox::kernels {
 
 inline uint16_t fp32_to_fp16_bits(float value) {
-  const uint32_t w = std::bit_cast<uint32_t>(value);
+  const uint32_t w = gradbox::bit_cast<uint32_t>(value);
   const uint32_t sign = (w >> 16) & 0x8000u;
   const uint32_t a = w & 0x7fffffffu;
   // Normal range and overflow: drop 13 mantissa bits with a round-to-nearest-even bias; a carry
@@ -33,7 +35,7 @@ inline uint16_t fp32_to_fp16_bits(float value) {
   normal = normal < 0x7c00u ? normal : 0x7c00u;
   // Below 2^-14: adding 0.5 puts the value's bits at the scale of the half's subnormal unit
   // (2^-24 is the ulp of 0.5); the FPU rounds to nearest even. Exact, normal result.
-  const uint32_t sub = std::bit_cast<uint32_t>(std::bit_cast<float>(a) + 0.5f) - 0x3f000000u;
+  const uint32_t sub = gradbox::bit_cast<uint32_t>(gradbox::bit_cast<float>(a) + 0.5f) - 0x3f000000u;
   uint32_t nan = 0x7c00u | ((a >> 13) & 0x3ffu);
   nan |= (nan & 0x3ffu) == 0 ? 0x200u : 0u;
   const uint32_t h = a > 0x7f800000u ? nan : (a >= 0x38800000u ? normal : sub);
@@ -48,13 +50,13 @@ inline float fp16_bits_to_fp32(uint16_t h) {
   // computed exactly as (0.5 + m * 2^-24) - 0.5.
   const uint32_t normal = (a << 13) + 0x38000000u;
   const uint32_t special = (a << 13) + 0x70000000u;
-  const uint32_t sub = std::bit_cast<uint32_t>(std::bit_cast<float>(0x3f000000u | a) - 0.5f);
+  const uint32_t sub = gradbox::bit_cast<uint32_t>(gradbox::bit_cast<float>(0x3f000000u | a) - 0.5f);
   const uint32_t bits = exp == 0x7c00u ? special : (exp == 0 ? sub : normal);
-  return std::bit_cast<float>(sign | bits);
+  return gradbox::bit_cast<float>(sign | bits);
 }
 
 inline uint16_t fp32_to_bf16_bits(float value) {
-  const uint32_t w = std::bit_cast<uint32_t>(value);
+  const uint32_t w = gradbox::bit_cast<uint32_t>(value);
   const uint32_t rounded = (w + 0x7fffu + ((w >> 16) & 1u)) >> 16;
   uint32_t nan = w >> 16;
   nan |= (nan & 0x7fu) == 0 ? 0x40u : 0u;
@@ -62,7 +64,7 @@ inline uint16_t fp32_to_bf16_bits(float value) {
 }
 
 inline float bf16_bits_to_fp32(uint16_t b) {
-  return std::bit_cast<float>(static_cast<uint32_t>(b) << 16);
+  return gradbox::bit_cast<float>(static_cast<uint32_t>(b) << 16);
 }
 
 enum class HalfKind : uint8_t { fp16, bf16 };

@@ -4,6 +4,7 @@
 #include <bit>
 #include <limits>
 
+#include "common/bit_cast.h"
 #include "kernels/target_clones.h"
 
 namespace gradbox::kernels {
@@ -19,7 +20,7 @@ static_assert(kInt4Tile % 2 == 0);
 // inf/NaN compare above every finite value, so one integer max finds both.
 inline uint32_t absmax_bits(const float* __restrict__ x, size_t n) {
   uint32_t m = 0;
-  for (size_t i = 0; i < n; ++i) m = std::max(m, std::bit_cast<uint32_t>(x[i]) & 0x7fffffffu);
+  for (size_t i = 0; i < n; ++i) m = std::max(m, gradbox::bit_cast<uint32_t>(x[i]) & 0x7fffffffu);
   return m;
 }
 
@@ -42,7 +43,7 @@ inline void quantize_block(const float* __restrict__ x, size_t n, float inv,
 template <int kLevels>
 inline float block_scale(const float* __restrict__ x, size_t n, float& inv) {
   const uint32_t m = absmax_bits(x, n);
-  const float amax = std::bit_cast<float>(m);
+  const float amax = gradbox::bit_cast<float>(m);
   inv = 0.f;
   if (m >= 0x7f800000u) return std::numeric_limits<float>::quiet_NaN();
   if (amax < kQuantFlushBelow) return 0.f;

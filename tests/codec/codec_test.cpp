@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "codec_test_util.h"
+#include "common/bit_cast.h"
 #include "common/error.h"
 #include "kernels/half_convert.h"
 #include "reference.h"
@@ -74,10 +75,10 @@ TEST(Codec, Fp32IsBitExact) {
     for (size_t n : kSizes) {
       std::mt19937 rng(static_cast<uint32_t>(n));
       std::vector<float> x(n);
-      for (auto& v : x) v = std::bit_cast<float>(static_cast<uint32_t>(rng()));  // NaNs included
+      for (auto& v : x) v = gradbox::bit_cast<float>(static_cast<uint32_t>(rng()));  // NaNs included
       const uint32_t special[] = {0x80000000u, 0x00000001u, 0x807fffffu, 0x7f800000u,
                                   0xff800000u, 0x7fc00000u, 0x7f800001u, 0xffbadbadu};
-      for (size_t i = 0; i < std::min<size_t>(n, 8); ++i) x[i] = std::bit_cast<float>(special[i]);
+      for (size_t i = 0; i < std::min<size_t>(n, 8); ++i) x[i] = gradbox::bit_cast<float>(special[i]);
       const auto y = round_trip(x, options(Codec::fp32, shuffle));
       ASSERT_TRUE(same_bytes(x.data(), y.data(), 4 * n)) << "n=" << n << " shuffle=" << shuffle;
     }
@@ -95,7 +96,7 @@ TEST(Codec, HalfCodecsRoundLikeTheReference) {
     const size_t exact = x.size();
     std::mt19937 rng(9);
     for (int i = 0; i < 200000; ++i) {
-      x.push_back(std::bit_cast<float>(static_cast<uint32_t>(rng())));
+      x.push_back(gradbox::bit_cast<float>(static_cast<uint32_t>(rng())));
     }
     for (bool shuffle : {false, true}) {
       const auto y = round_trip(x, options(c, shuffle));

@@ -10,10 +10,11 @@
 #include <vector>
 
 #include "codec/codec.h"
+#include "common/bit_cast.h"
 
 namespace gradbox::codec::testing {
 
-inline uint32_t bits(float f) { return std::bit_cast<uint32_t>(f); }
+inline uint32_t bits(float f) { return gradbox::bit_cast<uint32_t>(f); }
 
 // memcmp that accepts the null data() of empty vectors.
 inline bool same_bytes(const void* a, const void* b, size_t size) {

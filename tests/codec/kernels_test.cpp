@@ -15,6 +15,8 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+
+#include "common/bit_cast.h"
 #endif
 
 namespace {
@@ -22,12 +24,12 @@ namespace {
 using namespace gradbox::kernels;
 using namespace gradbox::codec::testing;
 
-uint32_t bits(float f) { return std::bit_cast<uint32_t>(f); }
+uint32_t bits(float f) { return gradbox::bit_cast<uint32_t>(f); }
 
 std::vector<float> random_bit_patterns(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
   std::vector<float> out(n);
-  for (auto& v : out) v = std::bit_cast<float>(static_cast<uint32_t>(rng()));
+  for (auto& v : out) v = gradbox::bit_cast<float>(static_cast<uint32_t>(rng()));
   return out;
 }
 

@@ -9,6 +9,8 @@
 #include <limits>
 #include <vector>
 
+#include "common/bit_cast.h"
+
 namespace gradbox::codec::testing {
 
 // The value of a half pattern from the definition: (-1)^s * 2^(e-15) * 1.m, or 2^-14 * 0.m.
@@ -64,7 +66,7 @@ inline const std::vector<double>& bf16_positive_values() {
 
 // NaN: sign and top mantissa bits kept, quiet bit set when they are all zero.
 inline uint16_t ref_fp16(float x) {
-  const uint32_t w = std::bit_cast<uint32_t>(x);
+  const uint32_t w = gradbox::bit_cast<uint32_t>(x);
   const uint16_t sign = static_cast<uint16_t>((w >> 16) & 0x8000);
   if (std::isnan(x)) {
     uint16_t m = static_cast<uint16_t>((w >> 13) & 0x3ff);
@@ -75,7 +77,7 @@ inline uint16_t ref_fp16(float x) {
 }
 
 inline uint16_t ref_bf16(float x) {
-  const uint32_t w = std::bit_cast<uint32_t>(x);
+  const uint32_t w = gradbox::bit_cast<uint32_t>(x);
   const uint16_t sign = static_cast<uint16_t>((w >> 16) & 0x8000);
   if (std::isnan(x)) {
     uint16_t m = static_cast<uint16_t>((w >> 16) & 0x7f);
@@ -90,7 +92,7 @@ inline uint16_t ref_bf16(float x) {
 inline float fp16_to_float_ref(uint16_t h) {
   const double v = fp16_definition(h);
   if (!std::isnan(v)) return static_cast<float>(v);
-  return std::bit_cast<float>((static_cast<uint32_t>(h & 0x8000) << 16) | 0x7f800000u |
+  return gradbox::bit_cast<float>((static_cast<uint32_t>(h & 0x8000) << 16) | 0x7f800000u |
                               (static_cast<uint32_t>(h & 0x3ff) << 13));
 }
 
@@ -116,7 +118,7 @@ inline std::vector<float> rounding_cases(const std::vector<double>& values, doub
   for (uint32_t bits : {0x00000001u, 0x007fffffu, 0x00400000u, 0x33000000u, 0x33000001u,
                         0x32ffffffu, 0x387fffffu, 0x38800000u, 0x7f800001u, 0x7fc00000u,
                         0xffc00001u, 0x7f802000u, 0x7fbfffffu}) {
-    out.push_back(std::bit_cast<float>(bits));
+    out.push_back(gradbox::bit_cast<float>(bits));
   }
   return out;
 }
