@@ -22,7 +22,13 @@ class StopWords {
   // naming the file when it cannot be read or holds no words.
   static StopWords load(const std::filesystem::path& file);
 
-  bool contains(std::string_view folded_word) const { return words_.count(folded_word) > 0; }
+  bool contains(std::string_view folded_word) const {
+#if defined(__cpp_lib_generic_unordered_lookup)
+    return words_.count(folded_word) > 0;
+#else  // GCC 10 (Debian 11): no lookup by string_view in an unordered set of strings
+    return words_.count(std::string(folded_word)) > 0;
+#endif
+  }
   size_t size() const { return words_.size(); }
 
   // Number of stop-word occurrences in the text, counting no further than `enough`.

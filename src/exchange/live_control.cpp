@@ -1,6 +1,8 @@
 #include "exchange/live_control.h"
 
 #include <charconv>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <type_traits>
 
@@ -20,8 +22,16 @@ struct Bounds {
 // Shortest text that reads back as the same value: 0.1 -> "0.1", 1.0 -> "1".
 std::string format_number(double v) {
   char buf[64];
+#if defined(__cpp_lib_to_chars)
   auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
   return ec == std::errc() ? std::string(buf, end) : str(v);
+#else  // GCC 10 (Debian 11) has no floating-point to_chars: the fewest digits that read back
+  for (int digits = 1; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  return buf;
+#endif
 }
 std::string format_number(int64_t v) { return std::to_string(v); }
 

@@ -9,6 +9,8 @@
 #include <random>
 #include <set>
 
+#include <unistd.h>
+
 #include "common/error.h"
 #include "mirror/memory_mirror.h"
 #include "mirror/virtual_clock.h"

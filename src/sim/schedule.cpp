@@ -6,6 +6,8 @@
 #include <random>
 #include <set>
 
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
 #include "common/atomic_file.h"

@@ -125,7 +125,7 @@ SentencePieceTokenizer::~SentencePieceTokenizer() = default;
 void SentencePieceTokenizer::encode_plain(std::string_view text, std::vector<int32_t>& out) const {
   if (text.empty()) return;
   std::vector<int> ids;
-  const auto status = sp_->Encode(text, &ids);
+  const auto status = sp_->Encode({text.data(), text.size()}, &ids);  // its string_view: std's, or its own before 0.1.97
   GB_CHECK(status.ok(), "SentencePiece encode failed: ", status.ToString());
   out.insert(out.end(), ids.begin(), ids.end());
 }

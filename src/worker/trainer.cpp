@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <utility>
 
+#include <unistd.h>
+
 #include "common/atomic_file.h"
 #include "common/checksum.h"
 #include "common/disk_space.h"
