@@ -97,6 +97,9 @@ step "torch $(chroot "$ROOT" /opt/venv/bin/python -c 'import torch; print(torch.
 
 step "scripts/setup.sh --python /opt/venv/bin/python --no-tests (as a notebook session)"
 started=$(date +%s)
+# A build folder kept from an earlier run has the tests switched on: off again, as a session's.
+[ -f "$ROOT/gradbox/build/CMakeCache.txt" ] && { in_root "cd /gradbox && cmake -S . -B build -DGRADBOX_BUILD_TESTS=OFF >/dev/null" ||
+                                                 fail "reconfiguring the kept build folder"; }
 in_root "cd /gradbox && scripts/setup.sh --python /opt/venv/bin/python --no-tests" || fail "setup.sh (packages or build)"
 step "built gradbox and gradbox-sync in $(( $(date +%s) - started )) s"
 in_root "cd /gradbox && build/bin/gradbox --help >/dev/null && build/bin/gradbox-sync --help >/dev/null" || fail "running the executables"
