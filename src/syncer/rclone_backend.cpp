@@ -74,17 +74,39 @@ std::vector<RemoteEntry> RcloneBackend::list() {
 
 std::optional<uint64_t> RcloneBackend::stat(const std::string& rel) {
   check_rel(rel);
+  if (stat_flag_) {
+    try {
+      bool missing = false;
+      std::string out = run({"lsjson", "--stat", remote_path(rel)}, true, &missing);
+      if (missing) return std::nullopt;
+      return size_of(nlohmann::json::parse(out), rel);
+    } catch (const nlohmann::json::exception& e) {
+      throw BackendError(str("rclone lsjson --stat printed unparsable JSON: ", e.what()));
+    } catch (const BackendError& e) {
+      if (std::string(e.what()).find("unknown flag: --stat") == std::string::npos) throw;
+      stat_flag_ = false;  // rclone before 1.55 (Debian 11's and Ubuntu 22.04's 1.53)
+    }
+  }
+  // Listing a file's path lists that file alone, in every version.
   bool missing = false;
-  std::string out = run({"lsjson", "--stat", remote_path(rel)}, true, &missing);
+  std::string out = run({"lsjson", remote_path(rel)}, true, &missing);
   if (missing) return std::nullopt;
   try {
-    auto doc = nlohmann::json::parse(out);
-    if (doc.value("IsDir", false)) throw BackendError(str(remote_path(rel), " is a directory"));
-    int64_t size = doc.value("Size", int64_t{-1});
-    return size < 0 ? 0 : static_cast<uint64_t>(size);
+    const nlohmann::json doc = nlohmann::json::parse(out);
+    const std::string name = fs::path(rel).filename().string();
+    if (!doc.is_array()) throw BackendError(str("rclone lsjson ", remote_path(rel), " did not print a JSON array"));
+    if (doc.size() != 1 || doc[0].value("Name", std::string()) != name)
+      throw BackendError(str(remote_path(rel), " is a directory"));
+    return size_of(doc[0], rel);
   } catch (const nlohmann::json::exception& e) {
-    throw BackendError(str("rclone lsjson --stat printed unparsable JSON: ", e.what()));
+    throw BackendError(str("rclone lsjson printed unparsable JSON: ", e.what()));
   }
+}
+
+uint64_t RcloneBackend::size_of(const nlohmann::json& entry, const std::string& rel) const {
+  if (entry.value("IsDir", false)) throw BackendError(str(remote_path(rel), " is a directory"));
+  const int64_t size = entry.value("Size", int64_t{-1});
+  return size < 0 ? 0 : static_cast<uint64_t>(size);
 }
 
 void RcloneBackend::download(const std::string& rel, const fs::path& local_path) {

@@ -2,6 +2,8 @@
 // The shared folder as an rclone remote ("name:path"), driven by running the real rclone program
 // (no shell): lsjson to list, copyto to move bytes, deletefile/rmdir to clean up. Each call is
 // bounded by a timeout and its stderr becomes the error message.
+#include <nlohmann/json.hpp>
+
 #include "syncer/backend.h"
 
 namespace gradbox::syncer {
@@ -20,10 +22,12 @@ class RcloneBackend : public Backend {
  private:
   std::string remote_path(const std::string& rel) const;
   std::string run(std::vector<std::string> args, bool allow_not_found, bool* not_found);
+  uint64_t size_of(const nlohmann::json& entry, const std::string& rel) const;
 
   std::string remote_;  // without a trailing '/'
   std::string binary_;
   double timeout_seconds_;
+  bool stat_flag_ = true;  // lsjson --stat (rclone 1.55 on); off once rclone says it has none
 };
 
 }  // namespace gradbox::syncer

@@ -25,15 +25,15 @@ bool have_rclone() {
   }
 }
 
-TEST(RcloneBackend, UploadDownloadDeleteCycle) {
-  if (!have_rclone()) GTEST_SKIP() << "rclone is not installed";
+// Two syncers through one remote, every operation; `rclone` is the program they run.
+void upload_download_delete_cycle(const std::string& rclone, const std::string& dir_name) {
   ::setenv("RCLONE_CONFIG_GBTEST_TYPE", "local", 1);
-  fs::path root = fresh_dir("rclone");
+  fs::path root = fresh_dir(dir_name);
   fs::path shared = root / "shared";
   fs::create_directories(shared);
   std::string remote = "gbtest:" + shared.string();
-  Syncer a(std::make_unique<RcloneBackend>(remote), SyncerOptions{root / "a", "a"});
-  Syncer b(std::make_unique<RcloneBackend>(remote), SyncerOptions{root / "b", "b"});
+  Syncer a(std::make_unique<RcloneBackend>(remote, rclone), SyncerOptions{root / "a", "a"});
+  Syncer b(std::make_unique<RcloneBackend>(remote, rclone), SyncerOptions{root / "b", "b"});
 
   EXPECT_TRUE(b.backend().list().empty());
   std::string bytes = framed_file(21, 5000);
@@ -43,6 +43,7 @@ TEST(RcloneBackend, UploadDownloadDeleteCycle) {
   EXPECT_TRUE(fs::exists(root / "a" / kOutboxDir / "round_1" / sent_of("g.a")));
   EXPECT_EQ(a.backend().stat("round_1/g.a"), bytes.size());
   EXPECT_EQ(a.backend().stat("round_1/nope"), std::nullopt);
+  EXPECT_THROW(a.backend().stat("round_1"), BackendError);  // a folder is not a file
   EXPECT_EQ(files_under(root / "a" / kInboxDir), std::vector<std::string>{});  // own file
 
   b.run_pass();
@@ -62,6 +63,24 @@ TEST(RcloneBackend, UploadDownloadDeleteCycle) {
   EXPECT_FALSE(fs::exists(root / "a" / kOutboxDir / "round_1" / sent_of("g.a")));
   EXPECT_EQ(a.stats().deleted, 1u);
   EXPECT_EQ(a.stats().transfer_errors, 0u);
+}
+
+TEST(RcloneBackend, UploadDownloadDeleteCycle) {
+  if (!have_rclone()) GTEST_SKIP() << "rclone is not installed";
+  upload_download_delete_cycle("rclone", "rclone");
+}
+
+// rclone before 1.55 (Debian 11's and Ubuntu 22.04's 1.53, what Kaggle's apt installs) has no
+// `lsjson --stat`: every upload failed there. This rclone refuses the flag as 1.53 does.
+TEST(RcloneBackend, UploadDownloadDeleteCycleWithAnRcloneWithoutLsjsonStat) {
+  if (!have_rclone()) GTEST_SKIP() << "rclone is not installed";
+  const fs::path old_rclone = fresh_dir("rclone_1_53_bin") / "rclone";
+  write_bytes(old_rclone,
+              "#!/bin/sh\n"
+              "for a in \"$@\"; do [ \"$a\" = --stat ] && { echo 'Fatal error: unknown flag: --stat' >&2; exit 1; }; done\n"
+              "exec rclone \"$@\"\n");
+  fs::permissions(old_rclone, fs::perms::owner_all);
+  upload_download_delete_cycle(old_rclone.string(), "rclone_1_53");
 }
 
 TEST(RcloneBackend, FailureNamesTheCommand) {
