@@ -10,9 +10,11 @@
 # In a debootstrap chroot (kept under $GRADBOX_DISTRO_ROOT, default /var/tmp/gradbox-distro, so a
 # second run skips what is done), from this checkout's HEAD: pip's newest torch for that Python
 # in a venv, then `scripts/setup.sh --python ... --no-tests` exactly as a notebook session runs
-# it, then a short subset: the protocol, codec and syncer tests, and `gradbox prepare` + `train`
-# for a few steps. Not part of the test command (20-30 minutes and ~10 GB a release). Exits
-# non-zero at the first step that fails, naming it; the log is <root>/<release>.log.
+# it, then a short subset: the protocol, codec, syncer and wire tests, `gradbox prepare` with
+# both tokenizers (GPT-2's, and a BPE trained with SentencePiece, whose bundled protobuf must
+# not meet ours) and `train` for a few steps. Not part of the test command (20-30 minutes and
+# ~10 GB a release). Exits non-zero at the first step that fails, naming it; the log is
+# <root>/<release>.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -112,6 +114,7 @@ in_root "cd /gradbox/build && for t in tests/exchange/exchange_test tests/codec/
   fail "the test subset"
 in_root "cd /tmp && rm -rf check && mkdir check && bible -f Gen1:1-Rev22:21 | sed -E 's/^[^ ]+ //' > check/kjv.txt &&
          /gradbox/build/bin/gradbox prepare --input check/kjv.txt --out check/data --tokenizer gpt2 &&
+         /gradbox/build/bin/gradbox prepare --input check/kjv.txt --out check/data-bpe --tokenizer bpe --vocab-size 2000 &&
          /gradbox/build/bin/gradbox train --data check/data --out check/run --model gpt2-tiny --max-steps 20 --block-size 64 --micro-batch 4 --eval-interval 20" ||
   fail "gradbox prepare and train"
 step "passed: $(grep -c '^\[  PASSED  \]' "$LOG") test binaries; $(grep 'done: steps' "$LOG" | tail -1)"

@@ -123,6 +123,24 @@ def rounds(work, worker, gpu=None):  # every round record: replayed ones too
     return out
 
 
+def check_rounds(founders, joiner, joined):
+    """Two founders trained to the run's last round, together, and the joiner trained at least
+    two rounds, one of them with both; every replica has the same loss for every round. Returns
+    the rounds the joiner trained."""
+    (f1, r1), (f2, r2) = founders.items()
+    last = MAX_STEPS // 4
+    trained = sum(1 for r in joined if r["inner_steps"] > 0)
+    check(r1 and r2 and r1[-1]["round"] == last and r2[-1]["round"] == last and trained >= 2,
+          f"rounds: {f1} {len(r1)}, {f2} {len(r2)}, {joiner} {len(joined)} ({trained} trained)")
+    check(any(r["contributors"] == 2 for r in r1), f"{f1} and {f2} never averaged a round together")
+    check(any(r["contributors"] == 3 for r in r1 + joined), f"{joiner} never contributed to a round with {f1} and {f2}")
+    by_round = {}
+    for r in r1 + r2 + joined:
+        by_round.setdefault(r["round"], set()).add(r["round_loss"])
+    check(all(len(losses) == 1 for losses in by_round.values()), "replicas disagree on a round's loss")
+    return trained
+
+
 def wait_for(what, predicate, timeout_s):
     deadline = time.time() + timeout_s
     while not predicate():
@@ -182,16 +200,7 @@ def run_colab(work):
     check("from the cache" in b.output("# Build gradbox"), "b did not take the build from the cache")
 
     ra, rb, rc = rounds(work, "a"), rounds(work, "b"), rounds(work, "c")
-    last = MAX_STEPS // 4
-    c_trained = sum(1 for r in rc if r["inner_steps"] > 0)
-    check(ra and rb and ra[-1]["round"] == last and rb[-1]["round"] == last and c_trained >= 2,
-          f"rounds: a {len(ra)}, b {len(rb)}, c {len(rc)} ({c_trained} trained)")
-    check(any(r["contributors"] == 2 for r in ra), "a and b never averaged a round together")
-    check(any(r["contributors"] == 3 for r in ra + rc), "c never contributed to a round with a and b")
-    by_round = {}
-    for r in ra + rb + rc:
-        by_round.setdefault(r["round"], set()).add(r["round_loss"])
-    check(all(len(losses) == 1 for losses in by_round.values()), "replicas disagree on a round's loss")
+    c_trained = check_rounds({"a": ra, "b": rb}, "c", rc)
 
     for worker in ("a", "b", "c"):
         loss_png = os.path.join(work, "local-" + worker, "plots", "loss.png")
@@ -298,16 +307,7 @@ def run_kaggle(work):
     check("from the cache" in j.output("# Build gradbox"), "j did not take the build from the cache (through rclone)")
 
     r0, r1, rj = rounds(work, "k", 0), rounds(work, "k", 1), rounds(work, "j")
-    last = MAX_STEPS // 4
-    j_trained = sum(1 for r in rj if r["inner_steps"] > 0)
-    check(r0 and r1 and r0[-1]["round"] == last and r1[-1]["round"] == last and j_trained >= 2,
-          f"rounds: k-gpu0 {len(r0)}, k-gpu1 {len(r1)}, j {len(rj)} ({j_trained} trained)")
-    check(any(r["contributors"] == 2 for r in r0), "k's two workers never averaged a round together")
-    check(any(r["contributors"] == 3 for r in r0 + rj), "j never contributed to a round with k's workers")
-    by_round = {}
-    for r in r0 + r1 + rj:
-        by_round.setdefault(r["round"], set()).add(r["round_loss"])
-    check(all(len(losses) == 1 for losses in by_round.values()), "replicas disagree on a round's loss")
+    j_trained = check_rounds({"k-gpu0": r0, "k-gpu1": r1}, "j", rj)
 
     loss_png = os.path.join(work, "local-k", "gpu0", "plots", "loss.png")
     check(os.path.isfile(loss_png) and matplotlib.image.imread(loss_png).shape[1] >= 600, f"{loss_png}: no plot")
