@@ -141,6 +141,16 @@ def check_rounds(founders, joiner, joined):
     return trained
 
 
+def check_left_signed(work, workers):
+    """`gradbox status` of the run's folder: every worker announced its departure, and signed."""
+    status = subprocess.run([ARGS.gradbox, "status", "--shared", os.path.join(work, "drive", "gradbox", "run1")],
+                            capture_output=True, text=True).stdout
+    for worker in workers:
+        line = next((l for l in status.splitlines() if l.split()[:1] == [worker]), "")
+        check(" left" in line, f"{worker} did not announce its departure:\n{status}")
+    check("UNSIGNED" not in status, f"the workers did not sign their files:\n{status}")
+
+
 def wait_for(what, predicate, timeout_s):
     deadline = time.time() + timeout_s
     while not predicate():
@@ -213,12 +223,7 @@ def run_colab(work):
           f"{export}: no Hugging Face folder")
     check(len(a.output("# Text from the newest checkpoint").strip()) > 0, "the sample cell printed nothing")
 
-    status = subprocess.run([ARGS.gradbox, "status", "--shared", os.path.join(work, "drive", "gradbox", "run1")],
-                            capture_output=True, text=True).stdout
-    for worker in ("a", "b", "c"):
-        line = next((l for l in status.splitlines() if l.split()[:1] == [worker]), "")
-        check(" left" in line, f"{worker} did not announce its departure:\n{status}")
-    check("UNSIGNED" not in status, f"the notebooks' workers did not sign their files:\n{status}")
+    check_left_signed(work, ("a", "b", "c"))
     check("every file is signed" in a.output("# gradbox's source"), "the source cell did not take the run secret")
     check("member credential for c" in c.output("# gradbox's source") and "worker(s) c" in c.output("# gradbox's source"),
           f"c's session did not take its name from its credential: {c.output('# gradbox' + chr(39) + 's source')}")
@@ -318,12 +323,7 @@ def run_kaggle(work):
     check(os.path.isfile(os.path.join(work, "drive", "gradbox", "datasets", "kjv", "meta.json")),
           "the dataset k made was not published through rclone")
     check("copied from" in j.output("# The dataset"), f"j did not copy k's dataset: {j.output('# The dataset')}")
-    status = subprocess.run([ARGS.gradbox, "status", "--shared", os.path.join(work, "drive", "gradbox", "run1")],
-                            capture_output=True, text=True).stdout
-    for worker in ("k-gpu0", "k-gpu1", "j"):
-        line = next((l for l in status.splitlines() if l.split()[:1] == [worker]), "")
-        check(" left" in line, f"{worker} did not announce its departure:\n{status}")
-    check("UNSIGNED" not in status, f"the Kaggle workers did not sign their files:\n{status}")
+    check_left_signed(work, ("k-gpu0", "k-gpu1", "j"))
     print(f"kaggle notebook: k-gpu0 {len(r0)} rounds, k-gpu1 {len(r1)}, j {len(rj)} (joined mid-run, trained {j_trained});"
           " plots, export, dataset, cache and departures checked through rclone")
 
