@@ -343,16 +343,9 @@ def fetch_data(session, dataset, text=None, prepare_args=()):
 def publish_dataset(local, shared):
     """Copies a prepared dataset into the storage with its meta.json last, so that a session
     that finds meta.json there finds every file beside it."""
-    files = sorted(f for f in os.listdir(local) if f != "meta.json") + ["meta.json"]
     joiner = "/" if is_remote(shared) else os.sep
-    for name in files:
-        source = os.path.join(local, name)
-        if os.path.isdir(source):
-            storage_put(source, shared + joiner + name)
-    for name in files:
-        source = os.path.join(local, name)
-        if not os.path.isdir(source):
-            storage_put(source, shared + joiner + name)
+    for name in sorted(os.listdir(local), key=lambda n: (n == "meta.json", n)):
+        storage_put(os.path.join(local, name), shared + joiner + name)
 
 
 # ---- the worker -----------------------------------------------------------------------------------
