@@ -10,7 +10,7 @@
 # In a debootstrap chroot (kept under $GRADBOX_DISTRO_ROOT, default /var/tmp/gradbox-distro, so a
 # second run skips what is done), from this checkout's HEAD: pip's newest torch for that Python
 # in a venv, then `scripts/setup.sh --python ... --no-tests` exactly as a notebook session runs
-# it, then a short subset: the protocol, codec, syncer and wire tests, `gradbox prepare` with
+# it, then a short subset: the protocol, codec, syncer, wire and tokenizer tests, `gradbox prepare` with
 # both tokenizers (GPT-2's, and a BPE trained with SentencePiece, whose bundled protobuf must
 # not meet ours) and `train` for a few steps. Not part of the test command (20-30 minutes and
 # ~10 GB a release). Exits non-zero at the first step that fails, naming it; the log is
@@ -109,8 +109,8 @@ in_root "cd /gradbox && build/bin/gradbox --help >/dev/null && build/bin/gradbox
 step "a short subset of the tests"
 in_root "apt-get install -y -qq libgtest-dev libgmock-dev fortunes bible-kjv >/dev/null" || fail "installing the test packages"
 in_root "cd /gradbox && cmake -S . -B build -DGRADBOX_BUILD_TESTS=ON >/dev/null &&
-         cmake --build build -j 2 --target exchange_test codec_test syncer_test wire_test" || fail "building the test subset"
-in_root "cd /gradbox/build && for t in tests/exchange/exchange_test tests/codec/codec_test tests/syncer/syncer_test tests/wire/wire_test; do \$t; done" ||
+         cmake --build build -j 2 --target exchange_test codec_test syncer_test wire_test tokenizer_test" || fail "building the test subset"
+in_root "cd /gradbox/build && for t in tests/exchange/exchange_test tests/codec/codec_test tests/syncer/syncer_test tests/wire/wire_test tests/tokenizer/tokenizer_test; do \$t; done" ||
   fail "the test subset"
 in_root "cd /tmp && rm -rf check && mkdir check && bible -f Gen1:1-Rev22:21 | sed -E 's/^[^ ]+ //' > check/kjv.txt &&
          /gradbox/build/bin/gradbox prepare --input check/kjv.txt --out check/data --tokenizer gpt2 &&

@@ -21,6 +21,7 @@ constexpr int32_t kReservedPieces = 259;
 // Longer lines are skipped by the trainer (SentencePiece's default is 4192 bytes); documents
 // are long, and the sample size bounds memory anyway.
 constexpr int kMaxSentenceBytes = 1 << 16;
+constexpr const char* kWhitespacePieces = "allow_whitespace_only_pieces";
 
 // Feeds the corpus line by line: SentencePiece's own reader would split a path at commas.
 class LineIterator final : public sentencepiece::SentenceIterator {
@@ -61,7 +62,7 @@ std::unique_ptr<Tokenizer> train_bpe(const fs::path& corpus, const BpeTrainOptio
   // identity + no whitespace removal + no dummy prefix + byte_fallback: text comes back byte
   // for byte. split_digits: numbers as single digits, as in Llama. Whitespace-only pieces let
   // indentation and blank runs cost few tokens.
-  const std::unordered_map<std::string, std::string> args = {
+  std::unordered_map<std::string, std::string> args = {
       {"model_type", "bpe"},
       {"vocab_size", std::to_string(options.vocab_size)},
       {"byte_fallback", "true"},
@@ -70,7 +71,7 @@ std::unique_ptr<Tokenizer> train_bpe(const fs::path& corpus, const BpeTrainOptio
       {"remove_extra_whitespaces", "false"},
       {"add_dummy_prefix", "false"},
       {"split_digits", "true"},
-      {"allow_whitespace_only_pieces", "true"},
+      {kWhitespacePieces, "true"},
       {"max_sentence_length", std::to_string(kMaxSentenceBytes)},
       {"input_sentence_size", std::to_string(options.max_sentences)},
       {"shuffle_input_sentence", "true"},
@@ -84,10 +85,22 @@ std::unique_ptr<Tokenizer> train_bpe(const fs::path& corpus, const BpeTrainOptio
   log::Logger logger("tokenizer");
   logger.info(str("training a ", options.vocab_size, "-piece BPE on ", corpus.string(),
                   " (<= ", options.max_sentences, " lines, ", threads, " threads)"));
-  sentencepiece::SetRandomGeneratorSeed(options.seed);
-  LineIterator lines(corpus);
   std::string model;
-  const auto status = sentencepiece::SentencePieceTrainer::Train(args, &lines, &model);
+  auto train = [&] {
+    sentencepiece::SetRandomGeneratorSeed(options.seed);
+    LineIterator lines(corpus);
+    return sentencepiece::SentencePieceTrainer::Train(args, &lines, &model);
+  };
+  auto status = train();
+  // SentencePiece before 0.1.96 (Debian 11's 0.1.95) has no whitespace-only pieces: train
+  // without them there rather than not at all; the model still keeps every byte.
+  if (!status.ok() && status.ToString().find(kWhitespacePieces) != std::string::npos) {
+    logger.warn(str("this SentencePiece has no ", kWhitespacePieces,
+                    " (older than 0.1.96); training without whitespace-only pieces"));
+    args.erase(kWhitespacePieces);
+    model.clear();
+    status = train();
+  }
   GB_REQUIRE(status.ok(), corpus.string(), ": SentencePiece could not train a ", options.vocab_size,
              "-piece BPE (is the corpus too small for this vocab size?): ", status.ToString());
 
