@@ -107,7 +107,7 @@ step "built gradbox and gradbox-sync in $(( $(date +%s) - started )) s"
 in_root "cd /gradbox && build/bin/gradbox --help >/dev/null && build/bin/gradbox-sync --help >/dev/null" || fail "running the executables"
 
 step "a short subset of the tests"
-in_root "apt-get install -y -qq libgtest-dev libgmock-dev fortunes bible-kjv >/dev/null" || fail "installing the test packages"
+in_root "apt-get install -y -qq libgtest-dev libgmock-dev fortunes fortunes-ru bible-kjv >/dev/null" || fail "installing the test packages"
 in_root "cd /gradbox && cmake -S . -B build -DGRADBOX_BUILD_TESTS=ON >/dev/null &&
          cmake --build build -j 2 --target exchange_test codec_test syncer_test wire_test tokenizer_test" || fail "building the test subset"
 in_root "cd /gradbox/build && for t in tests/exchange/exchange_test tests/codec/codec_test tests/syncer/syncer_test tests/wire/wire_test tests/tokenizer/tokenizer_test; do \$t; done" ||
