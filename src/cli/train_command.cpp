@@ -247,6 +247,7 @@ exchange::FolderExchangeConfig exchange_config(const SharedFlags& f, const worke
   GB_REQUIRE(!c.run_id.empty(), "--run-id: cannot derive one from --shared ", f.shared, "; give it");
   c.model_fingerprint = worker::model_fingerprint(trainer.model().config());
   c.model_config_json = trainer.model().config().to_json().dump();
+  c.initial_state_checksum = trainer.initial_state_checksum();
   c.train_config_json = train.to_json().dump();
   c.worker = f.worker;
   c.file_mac = run_mac(f);

@@ -42,6 +42,9 @@ struct FolderExchangeConfig {
   // The founding members (the whole first view when the run is new); empty: this worker alone.
   // Later views come from the agreements (Note [Elastic membership]).
   std::vector<std::string> members;
+  // The checksum of this worker's own step-0 state when it starts fresh (0: resumed, or none to
+  // offer): Note [Founders' own initial weights] in folder_exchange.h.
+  uint64_t initial_state_checksum = 0;
   // Where exchange/stats.json goes, and the default DiskMirror's folder (empty: no stats file).
   std::filesystem::path local_dir;
   // Clock seconds between rewrites of stats.json at round ends (0: every round); it is always

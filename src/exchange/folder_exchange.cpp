@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "common/atomic_file.h"
+#include "common/checksum.h"
 #include "common/error.h"
 #include "exchange/checkpoint_duty.h"
 #include "exchange/control_agreement.h"
@@ -101,6 +102,11 @@ class FolderExchange final : public GradientExchange {
     }
     plan.founder = founding_member;
     if (!founding_member) views_.forget_expected();  // follow until an agreement lets this worker in
+    if (founding_member && !has_checkpoint && local_step < 0 && starts_from_own_initial_state(start)) {
+      plan.own_initial_state = true;
+      publish_heartbeat("joining");
+      return plan;
+    }
     if (!has_checkpoint)
       context_.log().info(str("waiting for ", c.members.front(), " to publish the initial weights of run ", c.run_id));
     std::optional<FolderCheckpoint> newest = checkpoints_.newest(!has_checkpoint, start);
@@ -338,6 +344,32 @@ class FolderExchange final : public GradientExchange {
   }
 
  private:
+  // Note [Founders' own initial weights]: waits for the first member's run config (or a
+  // checkpoint, which then serves as for any joiner) and says whether it offers this worker's
+  // own step-0 checksum.
+  bool starts_from_own_initial_state(double start) {
+    const FolderExchangeConfig& c = context_.config;
+    const std::string& first = c.members.front();
+    if (c.initial_state_checksum == 0) return false;
+    while (context_.clock.now_s() - start < c.give_up_timeout_s) {
+      const std::vector<uint64_t> offered = configs_.initial_states_of(first);
+      if (std::find(offered.begin(), offered.end(), c.initial_state_checksum) != offered.end()) {
+        context_.log().info(str("starting run ", c.run_id, " from this worker's own initial weights: ", first,
+                                "'s are the same (checksum ", to_hex64(c.initial_state_checksum), ")"));
+        return true;
+      }
+      if (!offered.empty()) {
+        context_.log().warn(str(first, "'s initial weights are not this worker's (checksum ", to_hex64(c.initial_state_checksum),
+                                " here; another torch build?): fetching them from its checkpoint"));
+        return false;
+      }
+      if (checkpoints_.newest(false, start)) return false;
+      context_.check_alive();
+      context_.clock.sleep_s(std::max(c.poll_interval_s, 0.05));
+    }
+    return false;
+  }
+
   void wait_for_first_listing(double start) {
     while (context_.mirror.settled_passes() < 1) {
       context_.check_alive();

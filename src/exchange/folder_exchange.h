@@ -70,6 +70,19 @@
 // no fingerprint comparison contradicts: not one whose checksum lost its round, nor one whose
 // publisher had lost the comparison before it (it may have published before it knew).
 //
+// Note [Founders' own initial weights]
+// A new run's first member publishes its step-0 state as the run's first folder checkpoint;
+// the other founding members used to wait for it and fetch it (GPT-2-Large with DiLoCo: ~7.7
+// GB up at 20 MB/s, then down, ten minutes or more of four idle sessions). Every worker builds
+// the same initial weights from the same seed on the same torch, so each offers the checksum
+// of its own step-0 state in its run config (FolderExchangeConfig::initial_state_checksum), and
+// a founding member whose checksum equals one the first member's config offers starts from its
+// own weights at once (JoinPlan::own_initial_state) and writes no step-0 checkpoint. A config
+// offering another checksum (another torch build), none, or a checkpoint that lands first: the
+// member fetches the checkpoint as before. Should a forged config make a founder start from
+// other weights, the replicas' fingerprints disagree at the first comparison and the minority
+// reloads the agreed state (Repair, above).
+//
 // Note [Late entry]
 // With time-boxed DiLoCo rounds (--round-seconds) a round may last an hour, and a joiner that
 // waited for the next view would idle through it. So (FolderExchangeConfig::late_entry) a

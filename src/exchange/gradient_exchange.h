@@ -78,6 +78,9 @@ class StreamedRound {
 struct JoinPlan {
   bool founder = false;  // the run is new and this worker is one of its founding members
   std::optional<std::filesystem::path> checkpoint;  // the folder's state, fetched into the run folder
+  // A founding member starting from its own initial weights, found to be the run's: it writes
+  // no step-0 checkpoint (Note [Founders' own initial weights] in folder_exchange.h).
+  bool own_initial_state = false;
 };
 
 class GradientExchange {

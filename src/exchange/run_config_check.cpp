@@ -5,6 +5,12 @@
 #include "exchange/round_agreement.h"
 
 namespace gradbox::exchange {
+namespace {
+
+// The writer a run config's name gives: "config-<worker>-<token>.gbx".
+std::string config_writer(const std::string& name) { return name.substr(7, name.rfind('-') - 7); }
+
+}  // namespace
 
 wire::RunConfig RunConfigCheck::mine() const {
   const FolderExchangeConfig& c = context_.config;
@@ -14,6 +20,7 @@ wire::RunConfig RunConfigCheck::mine() const {
   rc.set_pattern(pattern_name(c.pattern));
   rc.set_shard_count(c.shard_count);
   rc.set_sync(c.sync);
+  rc.set_initial_state_checksum(c.initial_state_checksum);
   *rc.mutable_codec() = codec_spec(c.codec);
   return rc;
 }
@@ -27,6 +34,16 @@ std::optional<uint32_t> RunConfigCheck::run_shard_count() {
     if (shards >= 1 && shards <= 4096) return shards;
   }
   return std::nullopt;
+}
+
+std::vector<uint64_t> RunConfigCheck::initial_states_of(const std::string& worker) {
+  std::vector<uint64_t> offered;
+  for (const mirror::Arrival& file : context_.mirror.list(kRunConfigDir)) {
+    if (!is_run_config_name(file.name) || config_writer(file.name) != worker) continue;
+    std::optional<wire::WireFile> wf = context_.read_checked(str(kRunConfigDir, "/", file.name));
+    if (wf && wf->header.has_run_config()) offered.push_back(wf->header.run_config().initial_state_checksum());
+  }
+  return offered;
 }
 
 void RunConfigCheck::publish() {
@@ -49,8 +66,7 @@ void RunConfigCheck::check_peers(bool first_round) {
       checked_.erase(rel);  // gone meanwhile; look again later
       continue;
     }
-    // The writer is named by the file: "config-<worker>-<token>.gbx".
-    const std::string peer = file.name.substr(7, file.name.rfind('-') - 7);
+    const std::string peer = config_writer(file.name);
     std::string problem;
     try {
       wire::WireFile wf = wire::parse(*bytes, context_.mirror.where(rel), context_.key(rel));

@@ -22,6 +22,9 @@ class RunConfigCheck {
   // Peers' configs that arrived since the last call; first_round: a mismatch throws.
   void check_peers(bool first_round);
   bool refused(const std::string& worker) const { return refused_.count(worker) > 0; }
+  // The step-0 state checksums `worker`'s verified run configs offer (0: one that offers none);
+  // empty while none of its configs is here.
+  std::vector<uint64_t> initial_states_of(const std::string& worker);
 
  private:
   wire::RunConfig mine() const;

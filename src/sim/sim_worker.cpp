@@ -192,8 +192,11 @@ void run_sim_worker(const SimWorkerSpec& spec, mirror::Mirror& mirror, mirror::C
   Local local;
   if (resumed) local = *resumed;
   else local.params = initial_parameters(spec.parameters);
+  if (!resumed && spec.other_initial_weights) local.params[0] += 1;
   if (diloco && local.momentum.empty()) local.momentum.assign(spec.parameters, 0.0f);
-  auto exchange = exchange::make_folder_exchange(spec.exchange, mirror, clock);
+  exchange::FolderExchangeConfig exchange_config = spec.exchange;
+  if (!resumed) exchange_config.initial_state_checksum = checksum_of(local.state());
+  auto exchange = exchange::make_folder_exchange(exchange_config, mirror, clock);
   const exchange::JoinPlan plan = exchange->join(spec.run_dir, resumed ? static_cast<int64_t>(local.step) : -1);
   if (plan.checkpoint) {
     local = read_checkpoint(*plan.checkpoint, spec.parameters);
@@ -211,7 +214,7 @@ void run_sim_worker(const SimWorkerSpec& spec, mirror::Mirror& mirror, mirror::C
     const fs::path dir = write_checkpoint(spec.run_dir, local);
     exchange->after_checkpoint(local.step, dir, 0, checksum_of(local.state()));
   };
-  if (plan.founder && !plan.checkpoint && local.step == 0) checkpoint();
+  if (plan.founder && !plan.checkpoint && !plan.own_initial_state && local.step == 0) checkpoint();
   auto reload = [&] {
     const std::optional<fs::path> dir = exchange->fetch_agreed_state(spec.run_dir);
     GB_CHECK(dir.has_value(), "no agreed state to reload");

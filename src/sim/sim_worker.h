@@ -54,6 +54,10 @@ struct SimWorkerSpec {
   // with its local checkpoints, forgotten by a join or a reload) and settled to zero by a round
   // applied at once (the run's last); θ_g and the outer momentum are what replicas agree on.
   bool eager = false;
+  // Fault injection: this worker's own initial weights are not the others' (another torch
+  // build's), so a founding member must fetch the first member's (Note [Founders' own initial
+  // weights] in exchange/folder_exchange.h).
+  bool other_initial_weights = false;
   // Fault injection: after this round the replica's parameters are nudged once, as a silent
   // divergence (a bad GPU, a flipped bit) would (0: never).
   uint64_t perturb_after_round = 0;

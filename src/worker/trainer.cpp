@@ -515,7 +515,7 @@ void Trainer::join_run(std::unique_ptr<exchange::GradientExchange> exchange, boo
                                    static_cast<size_t>(params.numel()));
     if (!params.is_same(flat_->params())) flat_->params().copy_(params);
   }
-  if (plan.founder && !plan.checkpoint && step_ == 0) checkpoint_now();
+  if (plan.founder && !plan.checkpoint && !plan.own_initial_state && step_ == 0) checkpoint_now();
 }
 
 void Trainer::attach_exchange(std::unique_ptr<exchange::GradientExchange> exchange, bool overlap) {

@@ -79,6 +79,9 @@ class Trainer {
   FlatParameters& flat() { return *flat_; }
   int64_t step() const { return step_; }
   bool resumed() const { return resumed_; }  // started from a checkpoint in its run folder
+  // The checksum of this worker's own step-0 state, 0 once resumed or stepped: what a founding
+  // member offers (Note [Founders' own initial weights] in exchange/folder_exchange.h).
+  uint64_t initial_state_checksum() const { return resumed_ || step_ != 0 ? 0 : replica_state_checksum(); }
   const Runtime& runtime() const { return runtime_; }
 
  private:

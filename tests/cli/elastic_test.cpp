@@ -138,6 +138,8 @@ TEST_F(ElasticTest, AWorkerJoinsMidRunFromTheFolderCheckpointWithoutMakingOthers
 
   const std::string log_c = logs(base, "c");
   EXPECT_TRUE(contains(log_c, "joining run shared from the folder checkpoint of round")) << log_c;
+  // b, a founding member, built a's initial weights itself (Note [Founders' own initial weights]).
+  EXPECT_TRUE(contains(logs(base, "b"), "from this worker's own initial weights: a's are the same")) << logs(base, "b");
   const nlohmann::json ex_a = exchange_stats(base, "a"), ex_c = exchange_stats(base, "c");
   EXPECT_GE(ex_a["members_added"].get<int>() + exchange_stats(base, "b")["members_added"].get<int>(), 1) << ex_a.dump();
   // It caught up by replaying, then contributed to the rounds after.
