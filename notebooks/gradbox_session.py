@@ -184,7 +184,7 @@ def install_build(session, jobs=2):
     if storage_exists(cached) and _install_packages(session) and _unpack_build(session, cached):
         log(f"build {key}: from the cache in {time.time() - started:.0f} s")
         return "cache"
-    log(f"build {key}: not cached; building (about 20 minutes on 2 cores the first time)")
+    log(f"build {key}: not cached; building (about 5 minutes on 2 cores the first time, after the packages)")
     env = dict(os.environ, GRADBOX_BUILD_JOBS=str(jobs))
     code = _run_with_progress(["bash", "scripts/setup.sh", "--python", session.python, "--no-tests"],
                               session.source_dir, env, os.path.join(session.local_dir, "build.log"))

@@ -30,7 +30,7 @@ members share nothing but a folder {where}. Other sessions, with this same noteb
 same `RUN`, join the run at any time; when a session dies, the others go on, and running this
 notebook again (with the same or a new `WORKER`) rejoins.
 
-The first session builds gradbox (about 20 minutes) and caches the build beside the run; the
+The first session builds gradbox (about 5 minutes on 2 cores, after its packages) and caches the build beside the run; the
 next sessions with the same gradbox commit, torch and GPU take it from there in a minute or two.
 """
 
