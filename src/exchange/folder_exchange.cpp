@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <memory>
 #include <optional>
+#include <set>
 
 #include "common/atomic_file.h"
 #include "common/checksum.h"
@@ -125,6 +126,10 @@ class FolderExchange final : public GradientExchange {
   bool will_contribute(uint64_t round) override {
     const OneCaller::Call call(caller_, "FolderExchange::will_contribute");
     learn_open_round(round);
+    // Every shard of the round agreed already: a joiner that caught up to the round before (and
+    // may enter late) or a restarted member still in the round's view would compute steps that
+    // are thrown away. It replays the agreement instead.
+    if (round_agreed_in_every_shard(round)) return false;
     if (const std::vector<std::string>* view = views_.expected(round))
       return contains(*view, context_.config.worker) || enters_late(round);
     return !beats_.anyone_live();  // nobody to follow: this worker may have to resume the run itself
@@ -472,6 +477,14 @@ class FolderExchange final : public GradientExchange {
     if (!shards || *shards == context_.config.shard_count) return;
     context_.log().info(str("using the run's --shards ", *shards));
     context_.config.shard_count = *shards;
+  }
+
+  bool round_agreed_in_every_shard(uint64_t round) const {
+    std::set<uint32_t> agreed;
+    for (const mirror::Arrival& file : context_.mirror.list(round_dir_name(round)))
+      if (std::optional<AgreementName> parsed = parse_agreement_name(context_.config.pattern, file.name))
+        agreed.insert(parsed->shard);
+    return agreed.size() >= context_.config.shard_count;
   }
 
   bool round_has_agreement(uint64_t round) const {
