@@ -86,16 +86,20 @@ class FullDiskTest : public CliTest {
     std::string a_log, b_log;
   };
 
-  // a and b train; once a has applied round 8, b's `disk` fills but for `leave` bytes, and once
-  // b's log says `warning` (when not empty), it fills up.
+  // a and b train; once a has applied round 8 (or, when `fill_after` is not empty, once b's log
+  // says it), b's `disk` fills but for `leave` bytes, and once b's log says `warning` (when not
+  // empty), it fills up.
   static Outcome run_and_fill(const fs::path& base, const fs::path& disk, uint64_t leave = 0,
-                              const std::string& warning = "") {
+                              const std::string& warning = "", const std::string& fill_after = "") {
     constexpr int kSteps = 30;
     fs::create_directories(base / "shared");
     const pid_t a = start_process(worker_argv(base, "a", kSteps), base / "a.log");
     const pid_t b = start_b_with_a_small_disk(base, disk, leave, kSteps);
     Outcome out;
-    if (wait_for([&] { return round_of(base, "a") >= 8; }, 180)) {
+    const bool started = fill_after.empty()
+                             ? wait_for([&] { return round_of(base, "a") >= 8; }, 180)
+                             : wait_for([&] { return contains(read_bytes(base / "b.log"), fill_after); }, 180);
+    if (started) {
       write_bytes(base / "fill-1", "");
       out.warned = wait_for([&] { return fs::exists(base / "nearly"); }, 60) &&
                    (warning.empty() || wait_for([&] { return contains(read_bytes(base / "b.log"), warning); }, 60));
@@ -135,8 +139,12 @@ class FullDiskTest : public CliTest {
 
 TEST_F(FullDiskTest, ACheckpointThatDoesNotFitStopsTheWorkerAndKeepsTheLastWhole) {
   const fs::path base = dir("checkpoint_disk");
-  // Room for one checkpoint of ~1.6 MB but not for two: b warns first.
-  const Outcome out = run_and_fill(base, base / "b" / "checkpoints", 3'000'000, "is nearly full");
+  // Room for one checkpoint of ~1.6 MB but not for two: b warns first. The disk fills just
+  // after b wrote the checkpoint of step 10, five steps before its next: filled while one is
+  // being written, it would leave less than one (b and a step together; b once lagged a's round
+  // 8 by the initial checkpoint it fetched, and a fill at that round missed its checkpoints).
+  const Outcome out = run_and_fill(base, base / "b" / "checkpoints", 3'000'000, "is nearly full",
+                                   (base / "b" / "checkpoints" / "step_00000010").string() + " written");
   EXPECT_TRUE(out.warned) << out.b_log;
   ASSERT_TRUE(out.b_exit.has_value()) << "b still ran a minute after its disk filled\n" << out.b_log;
   EXPECT_EQ(*out.b_exit, 1) << out.b_log;
