@@ -63,9 +63,26 @@ fi
 if [ -z "$PYTHON" ]; then
   if [ ! -x .venv/bin/python ] ||
      ! .venv/bin/python -c "import torch, transformers, matplotlib, tensorboard, nbclient, ipykernel" 2>/dev/null; then
-    echo "setup: installing ${PIP_PACKAGES[*]} into .venv (about 5.5 GB, 1-2 minutes)"
+    # pip fails half-way with "No space left on device" otherwise: the .venv takes ~5.8 GB, and
+    # the downloaded wheels (~3.5 GB) sit in TMPDIR until installed.
+    free_mb() { df -Pm "$1" | awk 'NR==2 {print $4}'; }
+    tmp=${TMPDIR:-/tmp}
+    if [ "$(df -P . | awk 'NR==2 {print $1}')" = "$(df -P "$tmp" | awk 'NR==2 {print $1}')" ]; then
+      need=(. 8500)
+    else
+      need=(. 6000 "$tmp" 3000)
+    fi
+    for ((i = 0; i < ${#need[@]}; i += 2)); do
+      if (($(free_mb "${need[i]}") < need[i + 1])); then
+        echo "setup: $(cd "${need[i]}" && pwd) has $(free_mb "${need[i]}") MB free; installing torch into .venv" \
+             "needs about ${need[i + 1]} MB there (free some, or point TMPDIR elsewhere)" >&2
+        exit 1
+      fi
+    done
+    echo "setup: installing ${PIP_PACKAGES[*]} into .venv (about 5.8 GB, 1-2 minutes)"
     python3 -m venv .venv
-    .venv/bin/pip install -q "${PIP_PACKAGES[@]}"
+    # No wheel cache: it would hold a second copy (~3.5 GB) of what the .venv already has.
+    .venv/bin/pip install -q --no-cache-dir "${PIP_PACKAGES[@]}"
   fi
   PYTHON="$PWD/.venv/bin/python"
 else

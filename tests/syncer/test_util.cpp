@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <random>
 
@@ -11,10 +12,25 @@
 
 namespace gradbox::syncer::testing {
 
+namespace {
+// Removes the directories fresh_dir made when the test process ends, so a suite run leaves
+// nothing in /tmp; GRADBOX_KEEP_TEST_DIRS=1 keeps them for a look after a failure.
+struct MadeDirs {
+  std::vector<fs::path> dirs;
+  ~MadeDirs() {
+    if (std::getenv("GRADBOX_KEEP_TEST_DIRS")) return;
+    std::error_code ec;
+    for (const auto& dir : dirs) fs::remove_all(dir, ec);
+  }
+};
+MadeDirs made_dirs;
+}  // namespace
+
 fs::path fresh_dir(const std::string& name) {
   fs::path dir = fs::temp_directory_path() / str("gradbox_syncer_", name, "_", ::getpid());
   fs::remove_all(dir);
   fs::create_directories(dir);
+  made_dirs.dirs.push_back(dir);
   return dir;
 }
 

@@ -24,7 +24,7 @@ using mirror::kTempMarker;
 std::string flag_of(const std::string& rel);  // rel's inbox flag: rel + kFlagSuffix
 std::string sent_of(const std::string& rel);  // rel's outbox marker: rel + kSentSuffix
 
-// An empty directory unique to this process and name.
+// An empty directory unique to this process and name, removed when the process ends.
 fs::path fresh_dir(const std::string& name);
 // A complete framed gradbox file (heartbeat body, run "t") with a random payload.
 std::string framed_file(uint64_t seed, size_t payload_size = 300);
