@@ -247,11 +247,14 @@ exchange::FolderExchangeConfig exchange_config(const SharedFlags& f, const worke
   GB_REQUIRE(!c.run_id.empty(), "--run-id: cannot derive one from --shared ", f.shared, "; give it");
   c.model_fingerprint = worker::model_fingerprint(trainer.model().config());
   c.model_config_json = trainer.model().config().to_json().dump();
-  c.initial_state_checksum = trainer.initial_state_checksum();
   c.train_config_json = train.to_json().dump();
   c.worker = f.worker;
   c.file_mac = run_mac(f);
   c.members = split(f.peers, ',');
+  // Only founding members compare initial weights (Note [Founders' own initial weights]): a
+  // joiner skips hashing the whole state at start-up.
+  if (c.members.size() > 1 && std::find(c.members.begin(), c.members.end(), c.worker) != c.members.end())
+    c.initial_state_checksum = trainer.initial_state_checksum();
   c.local_dir = local;
   c.pattern = exchange::parse_pattern(f.pattern);
   c.shard_count = f.shards;

@@ -479,19 +479,16 @@ class FolderExchange final : public GradientExchange {
     context_.config.shard_count = *shards;
   }
 
-  bool round_agreed_in_every_shard(uint64_t round) const {
+  // The shards of `round` whose agreement is in the folder.
+  std::set<uint32_t> agreed_shards(uint64_t round) const {
     std::set<uint32_t> agreed;
     for (const mirror::Arrival& file : context_.mirror.list(round_dir_name(round)))
       if (std::optional<AgreementName> parsed = parse_agreement_name(context_.config.pattern, file.name))
         agreed.insert(parsed->shard);
-    return agreed.size() >= context_.config.shard_count;
+    return agreed;
   }
-
-  bool round_has_agreement(uint64_t round) const {
-    for (const mirror::Arrival& file : context_.mirror.list(round_dir_name(round)))
-      if (parse_agreement_name(context_.config.pattern, file.name)) return true;
-    return false;
-  }
+  bool round_agreed_in_every_shard(uint64_t round) const { return agreed_shards(round).size() >= context_.config.shard_count; }
+  bool round_has_agreement(uint64_t round) const { return !agreed_shards(round).empty(); }
 
   uint64_t newest_round_seen() const { return agreement_.newest_round_in_folder(); }
 
