@@ -6,10 +6,12 @@
 #include <algorithm>
 #include <csignal>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 
 #include "cli/commands.h"
+#include "common/directory_lock.h"
 #include "common/disk_space.h"
 #include "common/error.h"
 #include "common/json_file.h"
@@ -599,6 +601,12 @@ void add_train_command(CLI::App& app) {
     }
 
     if (*memory_report) return print_memory_report(config, *shared, *memory_budget_gb);
+    // Before anything reads or writes the folder: a second session there is refused whole.
+    const DirectoryLock out_lock(config.out_dir, "--out");
+    std::optional<DirectoryLock> local_lock;
+    if (many && !shared->local.empty()) local_lock.emplace(shared->local, "--local");
+    for (const std::string& warning : {out_lock.warning(), local_lock ? local_lock->warning() : std::string()})
+      if (!warning.empty()) log::Logger("train").warn(warning);
     worker::Trainer trainer(config);
     std::unique_ptr<worker::Sidecar> syncer;
     const std::filesystem::path local = shared->local.empty() ? config.out_dir / "sync" : std::filesystem::path(shared->local);

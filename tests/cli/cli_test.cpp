@@ -163,6 +163,32 @@ TEST_F(CliTest, KillNineAnywhereThenResume) {
     EXPECT_EQ(entry.path().filename().string().find(".tmp."), std::string::npos) << entry.path();
 }
 
+// A notebook cell run twice: a second session on a folder in use is refused before it touches
+// anything there, and the lock dies with its holder, kill -9 included.
+TEST_F(CliTest, ASecondSessionOnTheSameOutIsRefusedUntilTheFirstIsKilled) {
+  const fs::path run = dir("twice");
+  const std::vector<std::string> flags = {"--max-steps", "100000", "--checkpoint-interval", "3"};
+  const pid_t first = start_process(train(run, flags), dir("twice.log"));
+  ASSERT_TRUE(wait_for([&] { return fs::exists(run / "checkpoints" / "step_00000003"); }, 120))
+      << read_bytes(dir("twice.log"));
+  const auto config_written = fs::last_write_time(run / "train_config.json");
+
+  ProcessResult second = run_process(train(run, flags), 120);
+  EXPECT_NE(second.exit_code, 0) << second.output;
+  EXPECT_TRUE(contains(second.output, "--out " + run.string())) << second.output;
+  EXPECT_TRUE(contains(second.output, "another gradbox is using this folder (pid " + std::to_string(first)))
+      << second.output;
+  EXPECT_EQ(fs::last_write_time(run / "train_config.json"), config_written);  // refused before the trainer
+
+  ::kill(first, SIGKILL);
+  ASSERT_EQ(wait_process(first), 128 + SIGKILL);
+  std::vector<std::string> resume = flags;
+  resume.insert(resume.end(), {"--stop-at-step", std::to_string(newest_step_folder(run) + 1)});
+  ProcessResult again = run_process(train(run, resume));
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_TRUE(contains(again.output, "resumed from")) << again.output;
+}
+
 TEST_F(CliTest, CorruptNewestCheckpointIsNamedAndSkipped) {
   const fs::path run = dir("corrupt");
   ASSERT_EQ(run_process(train(run, {"--max-steps", "6", "--checkpoint-interval", "3"})).exit_code, 0);
