@@ -97,6 +97,17 @@
 // contribution comes too late has lost only its own steps. Replicas still agree: the
 // agreement alone says who contributed.
 //
+// Note [Progress is a run of rounds]
+// A worker whose round cannot be applied while the folder shows rounds past the next one has
+// fallen behind (a blind spell, a pause): the others agreed its round and moved on, its files may
+// be gone, so it reloads the agreed state, and it never decides that round itself (that would
+// fork the run). A lone round folder is no proof of that: one planted or stray file in a round
+// folder far ahead, then a member missing a round, and every survivor reloaded, landed on the
+// round it left and reloaded again, forever. A run that moved on leaves a run of round folders
+// (round r beside r-1, the garbage window's worth), so the folder's newest round is the newest
+// folder whose round before is there too; a lone folder ahead is not the run's progress. Two
+// folders planted side by side still are: who may write which files is the real fence.
+//
 // Note [Overlapped time-boxed rounds]
 // --round-seconds S with --overlap-steps (FolderExchangeConfig::boxes_from_agreement): a worker
 // sends round r-1's Δ when its box closes and computes round r's steps while r-1 is agreed;

@@ -448,10 +448,14 @@ bool RoundAgreement::apply_reduced(uint32_t k, const wire::WireView& file, const
   return true;
 }
 
+// Note [Progress is a run of rounds]: the newest round folder whose round before is there too.
 uint64_t RoundAgreement::newest_round_in_folder() const {
-  uint64_t newest = 0;
-  for (const std::string& dir : context_.mirror.list_dirs("rounds")) newest = std::max(newest, parse_round_dir(dir).value_or(0));
-  return newest;
+  std::set<uint64_t> rounds;
+  for (const std::string& dir : context_.mirror.list_dirs("rounds"))
+    if (const std::optional<uint64_t> r = parse_round_dir(dir)) rounds.insert(*r);
+  for (auto it = rounds.rbegin(); it != rounds.rend(); ++it)
+    if (*it > 0 && rounds.count(*it - 1)) return *it;
+  return rounds.empty() ? 0 : *rounds.begin();
 }
 
 bool RoundAgreement::folder_seen_since_start() { return context_.listings() >= listings_at_start_ + 2; }

@@ -94,6 +94,8 @@ class RoundAgreement {
   // The folder shows rounds past the next one while this one has no agreement in sight: this
   // worker fell behind (a blind spell, a pause) and must reload the agreed state.
   bool overtaken() const { return overtaken_; }
+  // The run's newest round as the folder shows it: the newest round folder that follows another
+  // (Note [Progress is a run of rounds] in folder_exchange.h).
   uint64_t newest_round_in_folder() const;
   // After poll() returned true.
   bool skip() const;

@@ -417,5 +417,28 @@ TEST(ProtocolFaults, AHeartbeatFromTheFutureGoesStaleOnTime) {
   EXPECT_GT(run.observer().max_round(), 100u) << "z waited for the skewed, dead a";
 }
 
+// One file planted in a round folder far ahead of the run, then a member dies: before, every
+// survivor took the folder for the run's progress ("the run has moved on to round 40 without this
+// worker"), reloaded the agreed state, landed on the round it left, and reloaded again forever
+// (never past round 13). A lone round folder is not the run's progress now (Note [Progress is a
+// run of rounds]): the survivors leave the dead member out and finish without a reload.
+TEST(ProtocolFaults, APlantedRoundFarAheadDoesNotMakeTheRunReloadForever) {
+  ElasticRun run("planted", {"a", "b", "c"});
+  run.start(run.spec("a", 30));
+  run.start(run.spec("b", 30));
+  const auto c = run.start(run.spec("c", 30));
+  run.cluster().sim().at(3.0, [&] { run.cluster().folder().inject(round_dir_name(40) + "/c-s0-e0-a-1.gbx", "planted"); });
+  run.cluster().sim().at(8.0, [&] { run.cluster().sim().kill(c); });
+  run.cluster().sim().run_until(2000.0);
+  EXPECT_TRUE(run.cluster().sim().failures().empty()) << run.cluster().sim().failures().front();
+  const std::map<std::string, uint64_t> finals = run.observer().finals();
+  ASSERT_EQ(finals.count("a") + finals.count("b"), 2u) << "the survivors did not finish; max round "
+                                                       << run.observer().max_round();
+  EXPECT_EQ(finals.at("a"), finals.at("b"));
+  const auto resyncs = run.observer().resyncs();
+  for (const char* w : {"a", "b"}) EXPECT_FALSE(resyncs.count(w)) << w << " reloaded for a planted folder";
+  EXPECT_TRUE(run.divergent_rounds().empty()) << run.divergent_rounds().front();
+}
+
 }  // namespace
 }  // namespace gradbox::exchange
