@@ -40,8 +40,13 @@ std::vector<uint64_t> RunConfigCheck::initial_states_of(const std::string& worke
   std::vector<uint64_t> offered;
   for (const mirror::Arrival& file : context_.mirror.list(kRunConfigDir)) {
     if (!is_run_config_name(file.name) || config_writer(file.name) != worker) continue;
-    std::optional<wire::WireFile> wf = context_.read_checked(str(kRunConfigDir, "/", file.name));
-    if (wf && wf->header.has_run_config()) offered.push_back(wf->header.run_config().initial_state_checksum());
+    auto read = initial_states_read_.find(file.name);
+    if (read == initial_states_read_.end()) {
+      std::optional<wire::WireFile> wf = context_.read_checked(str(kRunConfigDir, "/", file.name));
+      if (!wf || !wf->header.has_run_config()) continue;  // not whole yet, or refused: looked at again
+      read = initial_states_read_.emplace(file.name, wf->header.run_config().initial_state_checksum()).first;
+    }
+    offered.push_back(read->second);
   }
   return offered;
 }

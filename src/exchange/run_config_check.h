@@ -5,6 +5,7 @@
 // stranger's files are left out. A joiner that did not choose --shards adopts the run's.
 // Torch-free; uses protobuf.
 #include <cstdint>
+#include <map>
 #include <set>
 #include <string>
 
@@ -32,6 +33,8 @@ class RunConfigCheck {
   ExchangeContext& context_;
   bool published_ = false;
   std::set<std::string> checked_;
+  // Run configs read for initial_states_of, by name (written once): a founder polls for them.
+  std::map<std::string, uint64_t> initial_states_read_;
   std::set<std::string> refused_;
 };
 
