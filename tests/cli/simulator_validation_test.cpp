@@ -5,11 +5,18 @@
 // settings. The projected time per round and cluster tokens/s must be within ±20% of the run's.
 // What the projection does not model (the codec's and the files' CPU time, the syncer's copies)
 // is inside that margin at this size, or this test says otherwise.
+//
+// One run is 14-25 rounds of random lag on a shared 2-core machine: its ratio can land 20% out
+// now and then (a CI run saw x0.83 where this machine's runs give 0.94-1.06). The test judges
+// the median of three runs' ratios, and runs the third only when the first two disagree: two
+// within the band put the median there, two out on one side put it out.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <vector>
 
 #include "cli_fixture.h"
 #include "process.h"
@@ -102,32 +109,64 @@ class SimulatorValidationTest : public CliTest {
     return sim::project(c);
   }
 
-  static void expect_within(const std::string& what, const Measured& run, const sim::Projection& p) {
-    ASSERT_TRUE(p.failures.empty()) << p.failures.front();
-    const double round_ratio = p.seconds_per_round / run.seconds_per_round;
-    const double tokens_ratio = p.cluster_tokens_per_s / run.cluster_tokens_per_s;
+  struct Ratios {
+    double round = 0, tokens = 0;
+  };
+
+  static Ratios measure_once(const std::string& what, const Measured& run, const sim::Projection& p) {
+    EXPECT_TRUE(p.failures.empty()) << (p.failures.empty() ? "" : p.failures.front());
+    const Ratios r{p.seconds_per_round / run.seconds_per_round, p.cluster_tokens_per_s / run.cluster_tokens_per_s};
     std::printf("%-28s compute %.3f s/step | s/round measured %.3f projected %.3f (x%.2f) | "
                 "tokens/s measured %.0f projected %.0f (x%.2f)\n",
-                what.c_str(), run.compute_s_per_step, run.seconds_per_round, p.seconds_per_round, round_ratio,
-                run.cluster_tokens_per_s, p.cluster_tokens_per_s, tokens_ratio);
-    EXPECT_NEAR(round_ratio, 1.0, 0.2) << what << ": projected time per round against measured";
-    EXPECT_NEAR(tokens_ratio, 1.0, 0.2) << what << ": projected cluster tokens/s against measured";
+                what.c_str(), run.compute_s_per_step, run.seconds_per_round, p.seconds_per_round, r.round,
+                run.cluster_tokens_per_s, p.cluster_tokens_per_s, r.tokens);
+    return r;
+  }
+
+  static bool within(double ratio) { return std::abs(ratio - 1.0) <= 0.2; }
+
+  // The median of up to three runs' ratios must be within ±20% (the header says why three).
+  template <typename MeasureOnce>
+  static void expect_median_within(const std::string& what, MeasureOnce measure) {
+    std::vector<Ratios> runs = {measure(what + " #1"), measure(what + " #2")};
+    const auto agree = [&](auto field) {
+      const bool in0 = within(runs[0].*field), in1 = within(runs[1].*field);
+      return in0 == in1 && (in0 || (runs[0].*field > 1.0) == (runs[1].*field > 1.0));
+    };
+    if (!agree(&Ratios::round) || !agree(&Ratios::tokens)) runs.push_back(measure(what + " #3"));
+    const auto median = [&](auto field) {
+      std::vector<double> v;
+      for (const Ratios& r : runs) v.push_back(r.*field);
+      std::sort(v.begin(), v.end());
+      return v.size() == 3 ? v[1] : (v[0] + v[1]) / 2;  // two that agree: a third cannot change the verdict
+    };
+    EXPECT_NEAR(median(&Ratios::round), 1.0, 0.2) << what << ": projected time per round against measured (median)";
+    EXPECT_NEAR(median(&Ratios::tokens), 1.0, 0.2) << what << ": projected cluster tokens/s against measured (median)";
   }
 };
 
 TEST_F(SimulatorValidationTest, PerStepShardedWithOverlapIsProjectedWithinTwentyPercent) {
-  const Measured run = run_cluster("validate_overlap", 30, 5, 1, {"--exchange", "sharded", "--overlap"});
-  expect_within("per-step sharded, overlap", run, project(run, sim::ProjectedMode::per_step_sharded, 1, 1));
+  int n = 0;
+  expect_median_within("per-step sharded, overlap", [&](const std::string& what) {
+    const Measured run = run_cluster(str("validate_overlap_", ++n), 30, 5, 1, {"--exchange", "sharded", "--overlap"});
+    return measure_once(what, run, project(run, sim::ProjectedMode::per_step_sharded, 1, 1));
+  });
 }
 
 TEST_F(SimulatorValidationTest, PerStepShardedIsProjectedWithinTwentyPercent) {
-  const Measured run = run_cluster("validate_sharded", 30, 5, 1, {"--exchange", "sharded"});
-  expect_within("per-step sharded", run, project(run, sim::ProjectedMode::per_step_sharded, 0, 1));
+  int n = 0;
+  expect_median_within("per-step sharded", [&](const std::string& what) {
+    const Measured run = run_cluster(str("validate_sharded_", ++n), 30, 5, 1, {"--exchange", "sharded"});
+    return measure_once(what, run, project(run, sim::ProjectedMode::per_step_sharded, 0, 1));
+  });
 }
 
 TEST_F(SimulatorValidationTest, DilocoRoundsAreProjectedWithinTwentyPercent) {
-  const Measured run = run_cluster("validate_diloco", 64, 8, 4, {"--sync", "diloco", "--inner-steps", "4"});
-  expect_within("DiLoCo H=4", run, project(run, sim::ProjectedMode::diloco, 0, 4));
+  int n = 0;
+  expect_median_within("DiLoCo H=4", [&](const std::string& what) {
+    const Measured run = run_cluster(str("validate_diloco_", ++n), 64, 8, 4, {"--sync", "diloco", "--inner-steps", "4"});
+    return measure_once(what, run, project(run, sim::ProjectedMode::diloco, 0, 4));
+  });
 }
 
 }  // namespace
