@@ -231,11 +231,35 @@ class FolderExchange final : public GradientExchange {
         checkpoints_.maintain();
         context_.clock.sleep_s(0.02);
       }
+      if (final_round_) drop_finished_rounds(*final_round_, start);
     } catch (const std::exception& e) {
       context_.log().warn(str("leaving before the folder checkpoint is complete: ", e.what()));
     }
     publish_heartbeat("left");
     write_stats();
+  }
+
+  // Note [A finished run's rounds] in folder_exchange.h.
+  void drop_finished_rounds(uint64_t final_round, double start) {
+    const FolderExchangeConfig& c = context_.config;
+    while (true) {
+      checkpoints_.maintain();
+      const std::optional<FolderCheckpoint> newest = checkpoints_.newest(/*wait=*/false, start);
+      if (newest && newest->step >= final_round) {
+        collect_round_garbage(context_.mirror, final_round, c.gc_window, std::nullopt);
+        context_.log().info(str("the run is over and ", newest->dir_rel, " holds its final state: this worker's files "
+                                "of rounds before ", final_round > static_cast<uint64_t>(c.gc_window) ? final_round - c.gc_window : 0,
+                                " are withdrawn"));
+        return;
+      }
+      if (context_.clock.now_s() - start >= kFinishedRunWaitS) {
+        context_.log().info(str("leaving the rounds after the oldest kept folder checkpoint in the folder: no folder "
+                                "checkpoint of the final round ", final_round, " after ", kFinishedRunWaitS, " s"));
+        return;
+      }
+      context_.check_alive();
+      context_.clock.sleep_s(0.05);
+    }
   }
 
   bool wants_state_after(uint64_t round) const override { return replicas_.due(round); }
@@ -274,6 +298,7 @@ class FolderExchange final : public GradientExchange {
         return verdict.seen.count(m) > 0;
       });
       if (everyone || context_.clock.now_s() - start >= c.failover_timeout_s) {
+        final_round_ = round;
         settle_final_state(round, verdict);
         write_stats();
         return verdict.minority;
@@ -652,6 +677,9 @@ class FolderExchange final : public GradientExchange {
   double last_loss_ = 0;
   std::optional<double> stats_written_s_;  // when stats.json was last written, by the clock
   bool left_ = false;
+  std::optional<uint64_t> final_round_;  // the run's last round, once final_check compared it
+  // How long a worker leaving a finished run waits for the final folder checkpoint.
+  static constexpr double kFinishedRunWaitS = 30;
   OneCaller caller_;  // Note [One caller at a time]
 };
 

@@ -70,6 +70,16 @@
 // no fingerprint comparison contradicts: not one whose checksum lost its round, nor one whose
 // publisher had lost the comparison before it (it may have published before it knew).
 //
+// Note [A finished run's rounds]
+// Round folders stay back to the oldest kept folder checkpoint, for a joiner's replay (Note
+// [Elastic membership]). Once the run is over nobody will replay them: a worker that compared
+// the last round (final_check) and leaves waits up to 30 s (on its clock) for a complete folder
+// checkpoint of that round that no fingerprint contradicts, then withdraws its own files of
+// every round older than --gc-window (its syncer deletes them from the folder on its way out)
+// and forgets its mirror of the others'. What stays is the window and the checkpoints, so a
+// longer run can resume from the final one. Without that checkpoint in time (a large one still
+// uploading, its publisher killed) the rounds stay, as during the run: replay may need them.
+//
 // Note [Founders' own initial weights]
 // A new run's first member publishes its step-0 state as the run's first folder checkpoint;
 // the other founding members used to wait for it and fetch it (GPT-2-Large with DiLoCo: ~7.7

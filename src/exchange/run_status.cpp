@@ -79,6 +79,30 @@ std::optional<double> seconds_to_upload_cap(uint64_t uploaded_24h, double bytes_
   return static_cast<double>(cap - uploaded_24h) / bytes_per_s;
 }
 
+FolderUsage folder_usage(const fs::path& dir) {
+  FolderUsage usage;
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code fec;
+    const fs::path rel = it->path().lexically_relative(dir);
+    const std::string top = rel.begin()->string();
+    if (it.depth() == 1 && top == "rounds" && it->is_directory(fec)) {
+      if (const std::optional<uint64_t> round = parse_round_dir(it->path().filename().string())) {
+        usage.oldest_round = usage.round_folders == 0 ? *round : std::min(usage.oldest_round, *round);
+        ++usage.round_folders;
+      }
+    }
+    if (!it->is_regular_file(fec)) continue;
+    const uint64_t bytes = it->file_size(fec);
+    if (fec) continue;  // gone meanwhile
+    ++usage.files;
+    usage.bytes += bytes;
+    if (top == "rounds") usage.round_bytes += bytes;
+    if (top == "checkpoints") usage.checkpoint_bytes += bytes;
+  }
+  return usage;
+}
+
 RunStatus read_run_status(const fs::path& dir, double stale_after_s, const fs::path& local, uint64_t upload_cap) {
   GB_REQUIRE(fs::is_directory(dir), "--shared ", dir.string(), ": not a folder");
   RunStatus status;
@@ -147,6 +171,7 @@ RunStatus read_run_status(const fs::path& dir, double stale_after_s, const fs::p
   }
   status.newest_round = newest_round_folder(dir);
   status.checkpoint = newest_checkpoint(dir, now);
+  status.usage = folder_usage(dir);
   if (!local.empty() && fs::exists(local / mirror::kSyncerStatsFile)) {
     const nlohmann::json stats = nlohmann::json::parse(read_file(local / mirror::kSyncerStatsFile), nullptr, false);
     if (stats.is_object() && stats.contains("quarantined_files"))
@@ -207,6 +232,17 @@ std::string format_run_status(const RunStatus& status) {
   } else {
     out += "checkpoint: none\n";
   }
+  const FolderUsage& u = status.usage;
+  std::snprintf(line, sizeof line, "folder: %llu files, %.1f MB (round folders: %llu", static_cast<unsigned long long>(u.files),
+                static_cast<double>(u.bytes) / 1e6, static_cast<unsigned long long>(u.round_folders));
+  out += line;
+  if (u.round_folders > 0) {
+    std::snprintf(line, sizeof line, ", %llu to %llu, %.1f MB", static_cast<unsigned long long>(u.oldest_round),
+                  static_cast<unsigned long long>(status.newest_round), static_cast<double>(u.round_bytes) / 1e6);
+    out += line;
+  }
+  std::snprintf(line, sizeof line, "; checkpoints: %.1f MB)\n", static_cast<double>(u.checkpoint_bytes) / 1e6);
+  out += line;
   for (const std::string& u : status.unreadable) out += "unreadable heartbeat: " + u + "\n";
   out += "quarantined files: " + std::to_string(status.quarantined.size()) + "\n";
   for (const std::string& q : status.quarantined) out += "  " + q + "\n";

@@ -46,6 +46,15 @@ struct CheckpointStatus {
   double age_s = 0;    // since the manifest was written (writer's clock)
 };
 
+// What the folder holds (Note [A finished run's rounds]: a finished run keeps only the window of
+// round folders and its checkpoints).
+struct FolderUsage {
+  uint64_t files = 0, bytes = 0;
+  uint64_t round_folders = 0, oldest_round = 0;  // oldest_round: meaningless without round folders
+  uint64_t round_bytes = 0, checkpoint_bytes = 0;
+};
+FolderUsage folder_usage(const std::filesystem::path& dir);
+
 struct RunStatus {
   std::vector<MemberStatus> members;        // sorted by worker
   std::string sync;                         // what a round averages (RunConfig.sync): "gradient", "diloco H=..."
@@ -53,6 +62,7 @@ struct RunStatus {
   uint64_t newest_round = 0;                // newest round folder present
   std::vector<std::string> quarantined;     // from <local>/syncer/stats.json, when given
   std::optional<CheckpointStatus> checkpoint;
+  FolderUsage usage;
   uint64_t upload_cap = kDailyUploadCap;    // bytes per worker and day (--upload-cap-gb)
 };
 

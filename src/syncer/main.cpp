@@ -167,7 +167,7 @@ int run_daemon(Syncer& syncer, const Flags& f) {
   io.run();
   pool.join();  // finish in-flight transfers
   try {
-    syncer.upload_pass();  // a worker's last files (its departure heartbeat) still get published
+    syncer.final_pass();  // a worker's last files (its departure heartbeat) go up, its withdrawn ones go
     syncer.write_stats_if_changed();
   } catch (const std::exception& e) {
     if (!syncer.note_if_disk_full(e)) throw;

@@ -593,8 +593,9 @@ void Syncer::quarantine(const std::string& rel, const std::string& reason, const
   changed();
 }
 
-void Syncer::upload_pass() {
+void Syncer::final_pass() {
   for (const auto& t : plan_uploads(PartUploads::all)) execute(t);
+  for (const auto& t : plan_removals()) execute(t);
   write_stats_if_changed();
 }
 

@@ -130,7 +130,9 @@ class Syncer {
 
   // One whole pass in this thread: uploads, deletions, downloads. Then writes stats if changed.
   void run_pass();
-  void upload_pass();  // uploads only (the final pass before exit)
+  // The pass before exit: uploads (the departure heartbeat) and deletions (a finished run's
+  // withdrawn rounds), no listing of the shared folder.
+  void final_pass();
 
   SyncerStats stats() const;
   // What a ChangeWatch should watch for this engine (Note [Waking on changes]): the outbox, the

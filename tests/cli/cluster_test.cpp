@@ -161,6 +161,12 @@ TEST_F(ClusterTest, ThreeWorkersFp32MatchOneProcessOnTheUnionBitForBit) {
   EXPECT_TRUE(contains(status.output, " 30 ")) << status.output;
   EXPECT_TRUE(contains(status.output, "newest round folder: 30")) << status.output;
   EXPECT_TRUE(contains(status.output, "UNSIGNED: a, b, c")) << status.output;  // no secret given
+  // Note [A finished run's rounds]: the run is over and its final checkpoint is in, so only the
+  // window of round folders stays (--gc-window 8: rounds 22 to 30); all 30 stayed before.
+  int round_folders = 0;
+  for (const auto& r : fs::directory_iterator(base / "shared" / "rounds")) round_folders += r.is_directory();
+  EXPECT_EQ(round_folders, 9) << status.output;
+  EXPECT_TRUE(contains(status.output, "round folders: 9, 22 to 30")) << status.output;
   EXPECT_TRUE(contains(log_of(base, "a"), "UNSIGNED RUN")) << log_of(base, "a");
   // Loss fell: training happened, not just agreement.
   const std::vector<double> curve = losses(reference);

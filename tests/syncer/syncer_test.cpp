@@ -202,7 +202,7 @@ TEST(Syncer, ControlFileIsNeverFlaggedQuarantinedUploadedOrDeleted) {
 
 TEST(Syncer, PassesCountListingsOfTheSharedFolder) {
   Fixture f("passes");
-  f.syncer->upload_pass();  // lists nothing
+  f.syncer->final_pass();  // lists nothing
   EXPECT_EQ(f.stats()["passes"], 0);
   f.syncer->run_pass();
   EXPECT_EQ(f.stats()["passes"], 1);  // written by the pass that listed
