@@ -3,9 +3,13 @@
 // settings differ is refused: on this worker's first round a mismatch is a user error (it
 // joined the wrong run) and throws an InputError naming the file and the setting; later the
 // stranger's files are left out. A joiner that did not choose --shards adopts the run's.
+// A config is its writer's only under that writer's name (RunConfig.worker, and in a signed run
+// the signature): one under another's name, or forged, is refused as a file and held against
+// nobody.
 // Torch-free; uses protobuf.
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -29,6 +33,8 @@ class RunConfigCheck {
 
  private:
   wire::RunConfig mine() const;
+  // A peer's verified config under its writer's own name (nullopt: not here whole, or refused).
+  std::optional<wire::RunConfig> read(const std::string& name);
 
   ExchangeContext& context_;
   bool published_ = false;
@@ -36,6 +42,7 @@ class RunConfigCheck {
   // Run configs read for initial_states_of, by name (written once): a founder polls for them.
   std::map<std::string, uint64_t> initial_states_read_;
   std::set<std::string> refused_;
+  bool peer_verified_ = false;  // another worker's config has verified here
 };
 
 }  // namespace gradbox::exchange

@@ -334,7 +334,7 @@ std::string_view writer_of(const FileHeader& header) {
     case FileHeader::kFingerprint: return header.fingerprint().worker();
     case FileHeader::kCheckpointPart: return header.checkpoint_part().publisher();
     case FileHeader::kCheckpointManifest: return header.checkpoint_manifest().publisher();
-    case FileHeader::kRunConfig:
+    case FileHeader::kRunConfig: return header.run_config().worker();
     case FileHeader::BODY_NOT_SET: return {};
   }
   return {};

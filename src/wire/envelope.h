@@ -91,8 +91,8 @@ struct FileKey {
 };
 
 // The member a header says wrote its file: a gradient's worker, a commit's owner, a
-// heartbeat's or fingerprint's worker, a checkpoint's publisher; empty for a run config
-// (its name says whose it is). A signed file's signer must be this member.
+// heartbeat's, fingerprint's or run config's worker, a checkpoint's publisher. A signed file's
+// signer must be this member.
 std::string_view writer_of(const FileHeader& header);
 
 struct WireFile {

@@ -331,6 +331,76 @@ TEST(ProtocolFaults, AMemberWithACredentialCannotWriteUnderAnothersName) {
   EXPECT_NE(with_secret.finals.at("a"), clean.finals.at("a"));
 }
 
+// A member holding only its own credential publishes run configs under a's name with settings a
+// never chose (--shards 3 where the run has 1): one with a's name in its header (signed as c,
+// so the signature says otherwise) and one honest about its writer but filed as a's. A peer
+// config that differs gets its writer's files left out, so these made every replica drop a
+// from every round after them (a, the member, paid for c's file). Now each is refused as a
+// file, a contributes to every round and the run ends where the same run without them does.
+TEST(ProtocolFaults, AMemberCannotPublishARunConfigUnderAnothersName) {
+  const wire::RunSecret secret = wire::RunSecret::from_text("the owner's run secret", "t");
+  const auto credential = [&](const std::string& member) {
+    return std::make_shared<const wire::FileMac>(
+        wire::RunSecret::from_text(wire::FileMac(secret).issue_credential(member), "credential-" + member));
+  };
+  struct Outcome {
+    std::map<std::string, uint64_t> finals;
+    bool a_always_contributed = true;
+    int forgeries = 0;
+    std::set<std::string> reasons;  // of every refusal, the file's name cut off
+  };
+  const auto play = [&](bool attacked) {
+    ElasticRun run(str("config-forge", attacked), {"a", "b", "c"});
+    const std::shared_ptr<const wire::FileMac> c_keys = credential("c");
+    for (const char* w : {"a", "b", "c"}) {
+      sim::SimWorkerSpec s = run.spec(w);
+      s.exchange.contribution_timeout_s = s.exchange.deadline_floor_s = 30;  // every member, every round
+      s.exchange.failover_timeout_s = 60;
+      s.exchange.file_mac = std::string(w) == "c" ? c_keys : credential(w);
+      run.start(s);
+    }
+    Outcome out;
+    run.cluster().sim().at(5, [&] {
+      mirror::MemoryMirror& disk = run.cluster().folder().disk("c");
+      for (const mirror::Arrival& file : disk.list(kRunConfigDir)) {  // a's and b's, as c sees them
+        if (!file.name.starts_with("config-a-") || !attacked) continue;
+        const wire::WireFile genuine = wire::parse(*disk.read(str(kRunConfigDir, "/", file.name)), file.name);
+        for (const char* header_worker : {"a", "c"}) {
+          wire::FileHeader forged = genuine.header;
+          forged.mutable_run_config()->set_shard_count(3);
+          forged.mutable_run_config()->set_worker(header_worker);
+          const std::string rel = run_config_name("a", str("forged", header_worker));
+          run.cluster().folder().inject(rel, wire::signed_as(*c_keys, "c", forged, genuine.payload, rel));
+          ++out.forgeries;
+        }
+      }
+    });
+    run.cluster().sim().run_until(1e5);
+    EXPECT_TRUE(run.cluster().sim().failures().empty()) << run.cluster().sim().failures().front();
+    out.finals = run.observer().finals();
+    for (const sim::SimObserver::Applied& a : run.observer().history())
+      if (a.worker == "a" && !a.contributed) out.a_always_contributed = false;
+    for (const char* w : {"a", "b", "c"}) {
+      const nlohmann::json stats = run.cluster().stats(w);
+      for (const auto& reason : stats["rejected"])
+        out.reasons.insert(reason.get<std::string>().substr(reason.get<std::string>().find(": ") + 2));
+    }
+    return out;
+  };
+  const Outcome clean = play(false);
+  ASSERT_EQ(clean.finals.size(), 3u);
+  EXPECT_EQ(clean.finals.at("a"), clean.finals.at("b"));
+  EXPECT_TRUE(clean.a_always_contributed);
+
+  const Outcome attacked = play(true);
+  EXPECT_EQ(attacked.forgeries, 2);
+  EXPECT_EQ(attacked.reasons, (std::set<std::string>{
+                                  "signed by member c but its header says a wrote it: a member writing under another's name",
+                                  "a run config of worker 'c' under a's name"}));
+  EXPECT_TRUE(attacked.a_always_contributed);
+  EXPECT_EQ(attacked.finals, clean.finals);
+}
+
 // A member with the secret sends NaN (rounds 4-6) or a gradient a million times too large
 // (rounds 10-12), without flagging an overflow (Note [Checked contributions]). Every shard's
 // owner leaves it out in its agreement, every replica applies the same contributors and counts
