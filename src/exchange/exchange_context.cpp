@@ -48,6 +48,35 @@ nlohmann::json ExchangeStats::to_json() const {
           {"rejected", rejected}};
 }
 
+nlohmann::json earlier_lives(const nlohmann::json& previous_stats, const std::string& worker) {
+  if (!previous_stats.is_object() || previous_stats.value("worker", std::string()) != worker) return nlohmann::json::object();
+  if (previous_stats.contains("all_lives") && previous_stats["all_lives"].is_object()) return previous_stats["all_lives"];
+  return all_lives(nlohmann::json::object(), previous_stats);  // written by a gradbox before all_lives
+}
+
+nlohmann::json all_lives(const nlohmann::json& earlier, const nlohmann::json& this_life) {
+  nlohmann::json sum = earlier.is_object() ? earlier : nlohmann::json::object();
+  for (const auto& [key, value] : this_life.items()) {
+    // A state, not a count: the round reached, the deadline now.
+    if (key == "round" || key == "contribution_deadline_s" || key == "lives") continue;
+    if (value.is_number_unsigned()) {
+      const nlohmann::json& before = sum.contains(key) ? sum[key] : nlohmann::json(0u);
+      sum[key] = (before.is_number_unsigned() ? before.get<uint64_t>() : 0u) + value.get<uint64_t>();
+    } else if (value.is_number()) {
+      const nlohmann::json& before = sum.contains(key) ? sum[key] : nlohmann::json(0.0);
+      sum[key] = (before.is_number() ? before.get<double>() : 0.0) + value.get<double>();
+    } else if (key == "rejected" && value.is_array()) {
+      nlohmann::json reasons = sum.contains(key) && sum[key].is_array() ? sum[key] : nlohmann::json::array();
+      for (const auto& reason : value) reasons.push_back(reason);
+      while (reasons.size() > 100) reasons.erase(reasons.begin());
+      sum[key] = std::move(reasons);
+    }
+  }
+  sum["lives"] = (earlier.is_object() && earlier.contains("lives") && earlier["lives"].is_number_unsigned()
+                      ? earlier["lives"].get<uint64_t>() : 0u) + 1u;
+  return sum;
+}
+
 Incarnation::Incarnation(uint64_t seed, int64_t started_unix_ms) : started_unix_ms_(started_unix_ms) {
   if (seed == 0) {
     std::random_device device;

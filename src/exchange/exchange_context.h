@@ -67,6 +67,16 @@ struct ExchangeStats {
   nlohmann::json to_json() const;
 };
 
+// Note [Counters across lives]
+// A worker killed and restarted starts its counters at zero, and its stats.json is rewritten
+// by the new life: what an earlier life rejected or refused would be lost, and a test or a
+// user reading "rejected_files: 0" would be told nothing happened. So stats.json also carries
+// "all_lives": every counter summed over this worker's lives in this local folder (the newest
+// 100 rejection reasons; "lives" counts them). A new life reads the old file's all_lives (or,
+// from an older gradbox, its counters) as where its own sums start.
+nlohmann::json earlier_lives(const nlohmann::json& previous_stats, const std::string& worker);
+nlohmann::json all_lives(const nlohmann::json& earlier, const nlohmann::json& this_life);
+
 // This process's life in the run: the secret behind its unpredictable names (Note
 // [Unpredictable names]) and the identity a same-named second session is told apart by.
 class Incarnation {

@@ -62,7 +62,15 @@ class FolderExchange final : public GradientExchange {
             context_, deadline_,
             [this](wire::RoundView* view, const std::vector<Contributor>& contributors) { decide_view(view, contributors); },
             [this](const std::string& worker) { return configs_.refused(worker); }) {
-    if (!context_.config.local_dir.empty()) fs::create_directories(context_.config.local_dir / "exchange");
+    if (!context_.config.local_dir.empty()) {
+      fs::create_directories(context_.config.local_dir / "exchange");
+      // Note [Counters across lives] in exchange_context.h.
+      const fs::path stats = context_.config.local_dir / "exchange" / "stats.json";
+      std::error_code ec;
+      if (fs::exists(stats, ec))
+        earlier_lives_ = earlier_lives(nlohmann::json::parse(read_file(stats), nullptr, /*allow_exceptions=*/false),
+                                       context_.config.worker);
+    }
     views_.expect(1, context_.config.members);  // a new run, unless join() finds an existing one
     if (!shards_from_run_) configs_.publish();   // otherwise join() may still adopt the run's
   }
@@ -654,6 +662,7 @@ class FolderExchange final : public GradientExchange {
     nlohmann::json j = context_.stats.to_json();
     j["worker"] = context_.config.worker;
     j["round"] = applied_round_;
+    j["all_lives"] = all_lives(earlier_lives_, j);
     replace_file(context_.config.local_dir / "exchange" / "stats.json", j.dump(2));
   }
 
@@ -676,6 +685,7 @@ class FolderExchange final : public GradientExchange {
   double first_round_start_s_ = 0;
   double last_loss_ = 0;
   std::optional<double> stats_written_s_;  // when stats.json was last written, by the clock
+  nlohmann::json earlier_lives_ = nlohmann::json::object();  // Note [Counters across lives]
   bool left_ = false;
   std::optional<uint64_t> final_round_;  // the run's last round, once final_check compared it
   // How long a worker leaving a finished run waits for the final folder checkpoint.

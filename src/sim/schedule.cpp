@@ -218,7 +218,9 @@ class Scheduler {
     for (const std::string& name : founders_) {
       const fs::path stats = root_ / name / "local" / "exchange" / "stats.json";
       if (!fs::exists(stats)) continue;
-      const nlohmann::json j = nlohmann::json::parse(read_file(stats));
+      const nlohmann::json file = nlohmann::json::parse(read_file(stats));
+      // Every life's counts, a killed one's included (Note [Counters across lives]).
+      const nlohmann::json& j = file.contains("all_lives") ? file["all_lives"] : file;
       report_.self_elections += j.value("self_elections", 0u);
       report_.failovers += j.value("failovers", 0u);
       report_.blind_waits += j.value("blind_waits", 0u);

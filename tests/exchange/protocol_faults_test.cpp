@@ -468,6 +468,43 @@ TEST(ProtocolFaults, ANaNOrHugeContributionIsLeftOutByTheAgreementSharded) {
   expect_bad_contributions_left_out(ExchangePattern::sharded);
 }
 
+// A worker rejects damaged files, is killed and restarts in the same local folder: the new life
+// rewrote stats.json from zero, so what the first life rejected was gone (a test reading
+// "rejected_files: 0" after a restart was told nothing happened). all_lives keeps every life's
+// counts (Note [Counters across lives]); the kill can still take what the first life had not
+// written yet, hence >=.
+TEST(ProtocolFaults, ARestartedWorkersCountersKeepItsEarlierLivesRejections) {
+  ElasticRun run("lives", {"a", "b"});
+  const sim::SimWorkerSpec a_spec = run.spec("a", 60);
+  const auto a = run.start(a_spec);
+  run.start(run.spec("b", 60));
+  run.cluster().sim().at(1.0, [&] {
+    for (uint64_t r = 1; r <= 60; ++r)
+      run.cluster().folder().inject(round_dir_name(r) + "/" + contribution_name("b", 0, "damaged"), "not a gradbox file");
+  });
+  uint64_t first_life = 0;
+  run.cluster().sim().at(6.0, [&] {
+    first_life = run.cluster().stats("a")["rejected_files"].get<uint64_t>();
+    run.cluster().sim().kill(a);
+  });
+  run.cluster().sim().at(7.0, [&] {
+    sim::SimWorkerSpec again = a_spec;
+    again.exchange.incarnation_seed = 77;  // another process's life
+    run.cluster().sim().spawn("a-restarted", [&, again](mirror::Clock& clock) {
+      sim::run_sim_worker(again, run.cluster().folder().disk("a"), clock, run.observer());
+    });
+  });
+  run.cluster().sim().run_until(2000.0);
+  EXPECT_TRUE(run.cluster().sim().failures().empty()) << run.cluster().sim().failures().front();
+  const nlohmann::json last = run.cluster().stats("a");
+  EXPECT_GT(first_life, 0u) << "the first life rejected nothing: the scenario did not happen";
+  ASSERT_TRUE(last.contains("all_lives")) << last.dump();
+  EXPECT_EQ(last["all_lives"]["lives"], 2) << last.dump();
+  EXPECT_GE(last["all_lives"]["rejected_files"].get<uint64_t>(), first_life + last["rejected_files"].get<uint64_t>())
+      << last.dump();
+  EXPECT_GE(last["all_lives"]["rejected"].size(), first_life) << last.dump();
+}
+
 // A worker whose clock ran 10 minutes ahead, then died: its heartbeats looked fresh for those
 // 10 minutes, so an all-dead resume waited for it. Now ages count from arrival: a newcomer
 // resumes the run --stale-after after the last heartbeat arrived.
