@@ -29,6 +29,7 @@ wire::RunConfig RunConfigCheck::mine() const {
   rc.set_sync(c.sync);
   rc.set_initial_state_checksum(c.initial_state_checksum);
   rc.set_worker(c.worker);
+  rc.set_stale_after_s(c.stale_after_s);
   *rc.mutable_codec() = codec_spec(c.codec);
   return rc;
 }

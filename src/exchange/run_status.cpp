@@ -103,7 +103,7 @@ FolderUsage folder_usage(const fs::path& dir) {
   return usage;
 }
 
-RunStatus read_run_status(const fs::path& dir, double stale_after_s, const fs::path& local, uint64_t upload_cap) {
+RunStatus read_run_status(const fs::path& dir, std::optional<double> stale_after, const fs::path& local, uint64_t upload_cap) {
   GB_REQUIRE(fs::is_directory(dir), "--shared ", dir.string(), ": not a folder");
   RunStatus status;
   status.upload_cap = upload_cap;
@@ -130,6 +130,20 @@ RunStatus read_run_status(const fs::path& dir, double stale_after_s, const fs::p
       }
     }
   }
+  double run_stale_after_s = 0;
+  for (fs::directory_iterator f(dir / kRunConfigDir, ec), end; !ec && f != end && status.sync.empty(); f.increment(ec)) {
+    if (!is_run_config_name(f->path().filename().string())) continue;
+    try {
+      const wire::WireFile file = wire::read_wire_file(f->path());
+      status.sync = file.header.run_config().sync().empty() ? "gradient" : file.header.run_config().sync();
+      run_stale_after_s = file.header.run_config().stale_after_s();
+    } catch (const std::exception&) {
+      // still arriving, or not one of ours: another config file will say
+    }
+  }
+  status.stale_after_from_run = !stale_after && run_stale_after_s > 0;
+  status.stale_after_s = stale_after ? *stale_after : status.stale_after_from_run ? run_stale_after_s : kStatusStaleAfterS;
+  const double stale_after_s = status.stale_after_s;
   const int64_t now = unix_ms_now();
   for (const auto& [worker, entry] : newest) {
     const wire::FileHeader& header = entry.header;
@@ -159,15 +173,6 @@ RunStatus read_run_status(const fs::path& dir, double stale_after_s, const fs::p
     m.files_rejected = hb.files_rejected();
     m.unsigned_or_forged_files = hb.unsigned_or_forged_files();
     status.members.push_back(m);
-  }
-  for (fs::directory_iterator f(dir / kRunConfigDir, ec), end; !ec && f != end && status.sync.empty(); f.increment(ec)) {
-    if (!is_run_config_name(f->path().filename().string())) continue;
-    try {
-      const wire::WireFile file = wire::read_wire_file(f->path());
-      status.sync = file.header.run_config().sync().empty() ? "gradient" : file.header.run_config().sync();
-    } catch (const std::exception&) {
-      // still arriving, or not one of ours: another config file will say
-    }
   }
   status.newest_round = newest_round_folder(dir);
   status.checkpoint = newest_checkpoint(dir, now);
@@ -223,6 +228,9 @@ std::string format_run_status(const RunStatus& status) {
                   static_cast<double>(tokens));
     out += line;
   }
+  std::snprintf(line, sizeof line, "stale: no heartbeat for %.0f s (%s)\n", status.stale_after_s,
+                status.stale_after_from_run ? "the run's --stale-after" : "--stale-after of this command, or its default");
+  out += line;
   out += "newest round folder: " + (status.newest_round ? std::to_string(status.newest_round) : std::string("none")) + "\n";
   if (status.checkpoint) {
     std::snprintf(line, sizeof line, "checkpoint: after round %llu, by %s (%.1f MB, %.0f s ago)\n",

@@ -58,6 +58,8 @@ FolderUsage folder_usage(const std::filesystem::path& dir);
 struct RunStatus {
   std::vector<MemberStatus> members;        // sorted by worker
   std::string sync;                         // what a round averages (RunConfig.sync): "gradient", "diloco H=..."
+  double stale_after_s = 0;                 // what "stale" meant here
+  bool stale_after_from_run = false;        // the run's --stale-after (not --stale-after given to status)
   std::vector<std::string> unreadable;      // heartbeat files that did not verify (still arriving?)
   uint64_t newest_round = 0;                // newest round folder present
   std::vector<std::string> quarantined;     // from <local>/syncer/stats.json, when given
@@ -68,7 +70,10 @@ struct RunStatus {
 
 // `dir` is the shared folder or a local mirror (<local>/inbox); `local` (optional) a worker's
 // local folder for its syncer's quarantine list.
-RunStatus read_run_status(const std::filesystem::path& dir, double stale_after_s,
+// stale_after_s: nullopt takes the run's --stale-after from its run configs (kStatusStaleAfterS
+// where none says).
+inline constexpr double kStatusStaleAfterS = 120;
+RunStatus read_run_status(const std::filesystem::path& dir, std::optional<double> stale_after_s,
                           const std::filesystem::path& local = {}, uint64_t upload_cap = kDailyUploadCap);
 std::string format_run_status(const RunStatus& status);
 

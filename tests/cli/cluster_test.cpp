@@ -167,6 +167,8 @@ TEST_F(ClusterTest, ThreeWorkersFp32MatchOneProcessOnTheUnionBitForBit) {
   for (const auto& r : fs::directory_iterator(base / "shared" / "rounds")) round_folders += r.is_directory();
   EXPECT_EQ(round_folders, 9) << status.output;
   EXPECT_TRUE(contains(status.output, "round folders: 9, 22 to 30")) << status.output;
+  // Stale as the run has it (its --stale-after, 60 s by default), not status's own guess.
+  EXPECT_TRUE(contains(status.output, "stale: no heartbeat for 60 s (the run's --stale-after)")) << status.output;
   EXPECT_TRUE(contains(log_of(base, "a"), "UNSIGNED RUN")) << log_of(base, "a");
   // Loss fell: training happened, not just agreement.
   const std::vector<double> curve = losses(reference);

@@ -7,6 +7,7 @@
 
 #include "common/atomic_file.h"
 #include "exchange/exchange_context.h"
+#include "exchange/folder_names.h"
 #include "exchange/membership.h"
 #include "exchange/run_status.h"
 #include "mirror/memory_mirror.h"
@@ -135,6 +136,33 @@ TEST(RunStatus, AHeartbeatFromTheFutureAgesFromWhenItGotHere) {
   EXPECT_EQ(alive.state, "live");
   EXPECT_GE(alive.age_s, 0);
   EXPECT_NE(format_run_status(status).find("clock runs "), std::string::npos) << format_run_status(status);
+  fs::remove_all(dir);
+}
+
+// A worker silent for 90 s is stale to a run started with --stale-after 30; status called it live
+// by its own 120 s. Now status takes the run's value from its run configs unless told one.
+TEST(RunStatus, CallsAWorkerStaleByTheRunsStaleAfter) {
+  const fs::path dir = fs::temp_directory_path() / ("gradbox_status_stale_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::system_clock::now().time_since_epoch()).count();
+  const fs::path beat = dir / "members" / "quiet" / "hb-0000000000001-x.gbx";
+  fs::create_directories(beat.parent_path());
+  write_file_atomic(beat, heartbeat("run", "quiet", now - 90'000, "live", 3));
+  fs::last_write_time(beat, fs::file_time_type::clock::now() - std::chrono::seconds(90));
+  EXPECT_EQ(read_run_status(dir, std::nullopt).members.at(0).state, "live");  // no run config: status's 120 s
+
+  wire::FileHeader header;
+  header.set_run_id("run");
+  header.mutable_run_config()->set_worker("quiet");
+  header.mutable_run_config()->set_stale_after_s(30);
+  fs::create_directories(dir / kRunConfigDir);
+  write_file_atomic(dir / run_config_name("quiet", "x"), wire::frame(header, {}));
+  const RunStatus status = read_run_status(dir, std::nullopt);
+  EXPECT_EQ(status.members.at(0).state, "stale");
+  EXPECT_NE(format_run_status(status).find("stale: no heartbeat for 30 s (the run's --stale-after)"), std::string::npos)
+      << format_run_status(status);
+  EXPECT_EQ(read_run_status(dir, 120.0).members.at(0).state, "live");  // as told
   fs::remove_all(dir);
 }
 
