@@ -242,6 +242,45 @@ TEST(ProtocolFaults, FilesWithoutTheRunKeyAreNeverApplied) {
   EXPECT_NE(unsigned_run.finals.at("a"), clean.finals.at("a"));
 }
 
+// Three members a, b, c of a signed run, each holding its credential (c: `c_keys`), waiting for
+// every member every round (which rounds a member misses must not hang on forged files' lags).
+struct SignedMembers {
+  wire::RunSecret secret = wire::RunSecret::from_text("the owner's run secret", "t");
+
+  std::shared_ptr<const wire::FileMac> credential(const std::string& member) const {
+    return std::make_shared<const wire::FileMac>(
+        wire::RunSecret::from_text(wire::FileMac(secret).issue_credential(member), "credential-" + member));
+  }
+  void start(ElasticRun& run, const std::shared_ptr<const wire::FileMac>& c_keys) const {
+    for (const char* w : {"a", "b", "c"}) {
+      sim::SimWorkerSpec s = run.spec(w);
+      s.exchange.contribution_timeout_s = s.exchange.deadline_floor_s = 30;
+      s.exchange.failover_timeout_s = 60;
+      s.exchange.file_mac = std::string(w) == "c" ? c_keys : credential(w);
+      run.start(s);
+    }
+  }
+};
+
+bool always_contributed(ElasticRun& run, const std::string& worker) {
+  for (const sim::SimObserver::Applied& a : run.observer().history())
+    if (a.worker == worker && !a.contributed) return false;
+  return true;
+}
+
+// Why each of a, b and c rejected files, the files' names cut off.
+std::set<std::string> rejection_reasons(ElasticRun& run) {
+  std::set<std::string> reasons;
+  for (const char* w : {"a", "b", "c"}) {
+    const nlohmann::json stats = run.cluster().stats(w);
+    for (const auto& reason : stats["rejected"]) {
+      const std::string text = reason.get<std::string>();
+      reasons.insert(text.substr(text.find(": ") + 2));
+    }
+  }
+  return reasons;
+}
+
 // A member who holds only its own credential (Note [Member signatures]) writes, beside its own
 // honest files, gradients under a's name for the coming rounds: a's header with 1000x the
 // tokens, the MAC right (its credential has the MAC's key), signed with its own key as that is
@@ -249,11 +288,7 @@ TEST(ProtocolFaults, FilesWithoutTheRunKeyAreNeverApplied) {
 // ends where the same run without them does. Given the run secret instead (which can sign as
 // anyone), the same member's forgeries carry the rounds: what the credential takes away.
 TEST(ProtocolFaults, AMemberWithACredentialCannotWriteUnderAnothersName) {
-  const wire::RunSecret secret = wire::RunSecret::from_text("the owner's run secret", "t");
-  const auto credential = [&](const std::string& member) {
-    return std::make_shared<const wire::FileMac>(
-        wire::RunSecret::from_text(wire::FileMac(secret).issue_credential(member), "credential-" + member));
-  };
+  const SignedMembers members;
   struct Outcome {
     std::map<std::string, uint64_t> finals;
     bool a_always_contributed = true;
@@ -265,14 +300,8 @@ TEST(ProtocolFaults, AMemberWithACredentialCannotWriteUnderAnothersName) {
   const auto play = [&](const std::string& attacker) {
     ElasticRun run("member-forge-" + attacker, {"a", "b", "c"});
     const std::shared_ptr<const wire::FileMac> c_keys =
-        attacker == "secret" ? std::make_shared<const wire::FileMac>(secret) : credential("c");
-    for (const char* w : {"a", "b", "c"}) {
-      sim::SimWorkerSpec s = run.spec(w);
-      s.exchange.contribution_timeout_s = s.exchange.deadline_floor_s = 30;  // every member, every round
-      s.exchange.failover_timeout_s = 60;
-      s.exchange.file_mac = std::string(w) == "c" ? c_keys : credential(w);
-      run.start(s);
-    }
+        attacker == "secret" ? std::make_shared<const wire::FileMac>(members.secret) : members.credential("c");
+    members.start(run, c_keys);
     Outcome out;
     uint64_t token = 0;
     std::set<std::string> seen;
@@ -302,13 +331,9 @@ TEST(ProtocolFaults, AMemberWithACredentialCannotWriteUnderAnothersName) {
     run.cluster().sim().run_until(1e5);
     EXPECT_TRUE(run.cluster().sim().failures().empty()) << run.cluster().sim().failures().front();
     out.finals = run.observer().finals();
-    for (const sim::SimObserver::Applied& a : run.observer().history())
-      if (a.worker == "a" && !a.contributed) out.a_always_contributed = false;
-    for (const char* w : {"a", "b", "c"}) {
-      const nlohmann::json stats = run.cluster().stats(w);
-      out.refused += stats["unsigned_or_forged_files"].get<uint64_t>();
-      for (const auto& reason : stats["rejected"]) out.reasons.insert(reason.get<std::string>().substr(reason.get<std::string>().find(": ") + 2));
-    }
+    out.a_always_contributed = always_contributed(run, "a");
+    for (const char* w : {"a", "b", "c"}) out.refused += run.cluster().stats(w)["unsigned_or_forged_files"].get<uint64_t>();
+    out.reasons = rejection_reasons(run);
     return out;
   };
   const Outcome clean = play("");
@@ -338,11 +363,7 @@ TEST(ProtocolFaults, AMemberWithACredentialCannotWriteUnderAnothersName) {
 // from every round after them (a, the member, paid for c's file). Now each is refused as a
 // file, a contributes to every round and the run ends where the same run without them does.
 TEST(ProtocolFaults, AMemberCannotPublishARunConfigUnderAnothersName) {
-  const wire::RunSecret secret = wire::RunSecret::from_text("the owner's run secret", "t");
-  const auto credential = [&](const std::string& member) {
-    return std::make_shared<const wire::FileMac>(
-        wire::RunSecret::from_text(wire::FileMac(secret).issue_credential(member), "credential-" + member));
-  };
+  const SignedMembers members;
   struct Outcome {
     std::map<std::string, uint64_t> finals;
     bool a_always_contributed = true;
@@ -351,14 +372,8 @@ TEST(ProtocolFaults, AMemberCannotPublishARunConfigUnderAnothersName) {
   };
   const auto play = [&](bool attacked) {
     ElasticRun run(str("config-forge", attacked), {"a", "b", "c"});
-    const std::shared_ptr<const wire::FileMac> c_keys = credential("c");
-    for (const char* w : {"a", "b", "c"}) {
-      sim::SimWorkerSpec s = run.spec(w);
-      s.exchange.contribution_timeout_s = s.exchange.deadline_floor_s = 30;  // every member, every round
-      s.exchange.failover_timeout_s = 60;
-      s.exchange.file_mac = std::string(w) == "c" ? c_keys : credential(w);
-      run.start(s);
-    }
+    const std::shared_ptr<const wire::FileMac> c_keys = members.credential("c");
+    members.start(run, c_keys);
     Outcome out;
     run.cluster().sim().at(5, [&] {
       mirror::MemoryMirror& disk = run.cluster().folder().disk("c");
@@ -378,13 +393,8 @@ TEST(ProtocolFaults, AMemberCannotPublishARunConfigUnderAnothersName) {
     run.cluster().sim().run_until(1e5);
     EXPECT_TRUE(run.cluster().sim().failures().empty()) << run.cluster().sim().failures().front();
     out.finals = run.observer().finals();
-    for (const sim::SimObserver::Applied& a : run.observer().history())
-      if (a.worker == "a" && !a.contributed) out.a_always_contributed = false;
-    for (const char* w : {"a", "b", "c"}) {
-      const nlohmann::json stats = run.cluster().stats(w);
-      for (const auto& reason : stats["rejected"])
-        out.reasons.insert(reason.get<std::string>().substr(reason.get<std::string>().find(": ") + 2));
-    }
+    out.a_always_contributed = always_contributed(run, "a");
+    out.reasons = rejection_reasons(run);
     return out;
   };
   const Outcome clean = play(false);
