@@ -92,6 +92,17 @@ void CheckpointDuty::give_up_check(double since, const std::string& what) const 
            context_.config.give_up_timeout_s, " s");
 }
 
+std::optional<FolderCheckpoint> CheckpointDuty::newest_from(uint64_t round, double since, double wait_s) {
+  while (true) {
+    maintain();
+    const std::optional<FolderCheckpoint> found = newest(/*wait=*/false, since);
+    if (found && found->step >= round) return found;
+    if (context_.clock.now_s() - since >= wait_s) return std::nullopt;
+    context_.check_alive();
+    context_.clock.sleep_s(0.05);
+  }
+}
+
 std::optional<FolderCheckpoint> CheckpointDuty::newest(bool wait, double since) {
   while (true) {
     for (const FolderCheckpoint& c : list_folder_checkpoints(context_.mirror, context_.identity(), &manifests_)) {

@@ -39,6 +39,9 @@ class CheckpointDuty {
   // The newest folder checkpoint not known to be broken or disagreed with; with `wait`, waits
   // for one (until give_up_timeout_s after `since`, on the exchange's clock).
   std::optional<FolderCheckpoint> newest(bool wait, double since);
+  // The newest such checkpoint once it holds `round` or later, waiting (publishes advancing)
+  // until `wait_s` after `since`; nullopt when none came by then.
+  std::optional<FolderCheckpoint> newest_from(uint64_t round, double since, double wait_s);
   // Fetches `wanted` (or, when it turns out broken, the newest older one) into
   // run_dir/checkpoints/step_N, the layout the trainer resumes from.
   std::filesystem::path fetch(FolderCheckpoint wanted, const std::filesystem::path& run_dir, double since);

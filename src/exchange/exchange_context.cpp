@@ -4,6 +4,7 @@
 #include <iterator>
 #include <random>
 
+#include "common/atomic_file.h"
 #include "common/checksum.h"
 #include "common/error.h"
 #include "exchange/folder_names.h"
@@ -48,7 +49,10 @@ nlohmann::json ExchangeStats::to_json() const {
           {"rejected", rejected}};
 }
 
-nlohmann::json earlier_lives(const nlohmann::json& previous_stats, const std::string& worker) {
+nlohmann::json earlier_lives(const std::filesystem::path& stats_file, const std::string& worker) {
+  std::error_code ec;
+  if (!std::filesystem::exists(stats_file, ec)) return nlohmann::json::object();
+  const nlohmann::json previous_stats = nlohmann::json::parse(read_file(stats_file), nullptr, /*allow_exceptions=*/false);
   if (!previous_stats.is_object() || previous_stats.value("worker", std::string()) != worker) return nlohmann::json::object();
   if (previous_stats.contains("all_lives") && previous_stats["all_lives"].is_object()) return previous_stats["all_lives"];
   return all_lives(nlohmann::json::object(), previous_stats);  // written by a gradbox before all_lives

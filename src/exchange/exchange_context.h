@@ -5,6 +5,7 @@
 // Uses protobuf (wire); torch-free.
 #include <cstdint>
 #include <deque>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <set>
@@ -74,7 +75,8 @@ struct ExchangeStats {
 // "all_lives": every counter summed over this worker's lives in this local folder (the newest
 // 100 rejection reasons; "lives" counts them). A new life reads the old file's all_lives (or,
 // from an older gradbox, its counters) as where its own sums start.
-nlohmann::json earlier_lives(const nlohmann::json& previous_stats, const std::string& worker);
+// What the stats file left by this worker's earlier lives says they counted ({} when none).
+nlohmann::json earlier_lives(const std::filesystem::path& stats_file, const std::string& worker);
 nlohmann::json all_lives(const nlohmann::json& earlier, const nlohmann::json& this_life);
 
 // This process's life in the run: the secret behind its unpredictable names (Note

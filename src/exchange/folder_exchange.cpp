@@ -64,12 +64,7 @@ class FolderExchange final : public GradientExchange {
             [this](const std::string& worker) { return configs_.refused(worker); }) {
     if (!context_.config.local_dir.empty()) {
       fs::create_directories(context_.config.local_dir / "exchange");
-      // Note [Counters across lives] in exchange_context.h.
-      const fs::path stats = context_.config.local_dir / "exchange" / "stats.json";
-      std::error_code ec;
-      if (fs::exists(stats, ec))
-        earlier_lives_ = earlier_lives(nlohmann::json::parse(read_file(stats), nullptr, /*allow_exceptions=*/false),
-                                       context_.config.worker);
+      earlier_lives_ = earlier_lives(stats_file(), context_.config.worker);  // Note [Counters across lives]
     }
     views_.expect(1, context_.config.members);  // a new run, unless join() finds an existing one
     if (!shards_from_run_) configs_.publish();   // otherwise join() may still adopt the run's
@@ -249,25 +244,15 @@ class FolderExchange final : public GradientExchange {
 
   // Note [A finished run's rounds] in folder_exchange.h.
   void drop_finished_rounds(uint64_t final_round, double start) {
-    const FolderExchangeConfig& c = context_.config;
-    while (true) {
-      checkpoints_.maintain();
-      const std::optional<FolderCheckpoint> newest = checkpoints_.newest(/*wait=*/false, start);
-      if (newest && newest->step >= final_round) {
-        collect_round_garbage(context_.mirror, final_round, c.gc_window, std::nullopt);
-        context_.log().info(str("the run is over and ", newest->dir_rel, " holds its final state: this worker's files "
-                                "of rounds before ", final_round > static_cast<uint64_t>(c.gc_window) ? final_round - c.gc_window : 0,
-                                " are withdrawn"));
-        return;
-      }
-      if (context_.clock.now_s() - start >= kFinishedRunWaitS) {
-        context_.log().info(str("leaving the rounds after the oldest kept folder checkpoint in the folder: no folder "
-                                "checkpoint of the final round ", final_round, " after ", kFinishedRunWaitS, " s"));
-        return;
-      }
-      context_.check_alive();
-      context_.clock.sleep_s(0.05);
+    const std::optional<FolderCheckpoint> last = checkpoints_.newest_from(final_round, start, kFinishedRunWaitS);
+    if (!last) {
+      context_.log().info(str("leaving the rounds after the oldest kept folder checkpoint in the folder: no folder "
+                              "checkpoint of the final round ", final_round, " after ", kFinishedRunWaitS, " s"));
+      return;
     }
+    const uint64_t kept = collect_round_garbage(context_.mirror, final_round, context_.config.gc_window, std::nullopt);
+    context_.log().info(str("the run is over and ", last->dir_rel, " holds its final state: this worker's files of rounds "
+                            "before ", kept, " are withdrawn"));
   }
 
   bool wants_state_after(uint64_t round) const override { return replicas_.due(round); }
@@ -663,8 +648,9 @@ class FolderExchange final : public GradientExchange {
     j["worker"] = context_.config.worker;
     j["round"] = applied_round_;
     j["all_lives"] = all_lives(earlier_lives_, j);
-    replace_file(context_.config.local_dir / "exchange" / "stats.json", j.dump(2));
+    replace_file(stats_file(), j.dump(2));
   }
+  fs::path stats_file() const { return context_.config.local_dir / "exchange" / "stats.json"; }
 
   std::unique_ptr<mirror::Mirror> owned_mirror_;  // first: the parts below use it
   bool shards_from_run_ = false;

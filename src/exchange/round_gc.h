@@ -10,7 +10,8 @@
 
 namespace gradbox::exchange {
 
-void collect_round_garbage(mirror::Mirror& mirror, uint64_t applied_round, int64_t gc_window,
-                           std::optional<uint64_t> replay_floor);
+// Returns the oldest round kept.
+uint64_t collect_round_garbage(mirror::Mirror& mirror, uint64_t applied_round, int64_t gc_window,
+                               std::optional<uint64_t> replay_floor);
 
 }  // namespace gradbox::exchange
